@@ -1,0 +1,38 @@
+# The two commands a new user needs: `make run` (compare every method on real digits) and `make test`.
+# Both create .venv on first use and reuse it afterwards.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# torchvision's wheels are built against PyPI's (CUDA) torch; it runs on the CPU too. This makes pip take
+# torch from the registry even where a machine's pip config points at a CPU-only torch wheel that
+# torchvision cannot load.
+PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
+
+.PHONY: install run test lint claims bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP_REGISTRY) $(PY) -m pip install -q --upgrade pip
+	$(PIP_REGISTRY) $(PY) -m pip install -q -e '.[dev,cluster]'
+	touch $(STAMP)
+
+# every method of the five papers next to the baselines (helper variants such as fedavg_periodic are left out)
+METHODS := fedavg,fedprox,local,moon,fedfa,fedfm,fedfm_lite,fednh,fedproto,fedsa,feddebias
+
+run: install
+	$(VENV)/bin/mooring compare configs/default.yaml --algorithms $(METHODS) --seeds 0 --out results/default
+
+test: install
+	$(VENV)/bin/ruff check orchestrator tasks pipelines tests benchmarks
+	$(PY) -m pytest -q
+
+claims: install
+	$(VENV)/bin/mooring claims --out docs/claims.md
+
+bench: install
+	$(VENV)/bin/mooring bench --out benchmarks/README.md
+
+clean:
+	rm -rf results runs .mooring mlruns mlflow.db

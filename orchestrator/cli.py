@@ -1,0 +1,81 @@
+"""`mooring`: the command line.
+
+Each subcommand lives in the module that implements it and exposes `configure(parser)` and
+`main(args) -> int`; this file only routes. Module top levels import nothing heavy, so `mooring --help`
+is fast. Every known failure (bad config, missing data, unreachable service) becomes one line on stderr
+and a non-zero exit: 2 for bad input, 1 for a failed run.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name → (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("orchestrator.commands.run", "run one federated experiment from a YAML config"),
+    "compare": ("pipelines.compare", "compare algorithms (and seeds) on one config and the same partition"),
+    "sweep": ("pipelines.sweep_cli", "search hyperparameters with Optuna, trials on Ray"),
+    "submit": ("orchestrator.commands.submit", "submit run/compare/sweep to a Ray cluster as a job"),
+    "jobs": ("orchestrator.commands.jobs", "list, inspect, follow or stop submitted jobs"),
+    "bench": ("pipelines.bench", "run the performance benchmarks"),
+    "claims": ("pipelines.claims", "check the papers' claims on real digits and write docs/claims.md"),
+    "config": ("orchestrator.commands.config", "show the resolved config"),
+    "data": ("orchestrator.commands.data", "show each client's class histogram"),
+    "ui": ("orchestrator.commands.ui", "open the MLflow UI on the run store"),
+}
+
+USAGE_ERROR = 2
+RUN_ERROR = 1
+
+
+def available_commands() -> dict[str, tuple[str, str]]:
+    """The commands whose modules exist in this checkout."""
+    found = {}
+    for name, (module, help_text) in COMMANDS.items():
+        if importlib.util.find_spec(module) is not None:
+            found[name] = (module, help_text)
+    return found
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    parser = argparse.ArgumentParser(prog="mooring", description="Federated learning on heterogeneous data, on Ray.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name, (module_name, help_text) in available_commands().items():
+        module = importlib.import_module(module_name)
+        module.configure(sub.add_parser(name, help=help_text, description=help_text))
+        modules[name] = module
+    return parser, modules
+
+
+def known_errors() -> tuple[type[BaseException], ...]:
+    from orchestrator.config import ConfigError
+    from orchestrator.run import RunError
+    from tasks.data.datasets import DatasetNotFound
+    from tasks.data.partition import PartitionError
+
+    return ConfigError, RunError, DatasetNotFound, PartitionError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return USAGE_ERROR
+    errors = known_errors()
+    try:
+        return int(modules[args.command].main(args) or 0)
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        from orchestrator.run import RunError
+
+        return RUN_ERROR if isinstance(e, RunError) else USAGE_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

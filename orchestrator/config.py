@@ -1,0 +1,384 @@
+"""The experiment config: a YAML file validated by a typed schema, with dotted `--set` overrides.
+
+Every block forbids unknown keys. An algorithm's hyperparameters live in a block named after it
+(`algorithm: {name: fedfa, fedfa: {mu: 0.1}, fedprox: {mu: 0.01}}`): every block present is validated against
+its algorithm's schema, only the named one is used, and unset fields take the paper defaults. So one config
+runs under any algorithm by switching `algorithm.name`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(Exception):
+    """A config problem, already phrased as one line: what, where, what is allowed."""
+
+
+class NestedFieldError(ValueError):
+    """A problem inside a block validated by another schema (an algorithm's or a model's), keeping its path."""
+
+    def __init__(self, path: str, value: Any, msg: str):
+        super().__init__(f"{path} = {value!r}: {msg}")
+        self.path, self.value, self.msg = path, value, msg
+
+    @classmethod
+    def from_validation(cls, prefix: str, err: ValidationError) -> NestedFieldError:
+        e = err.errors()[0]
+        path = ".".join([prefix, *(str(p) for p in e["loc"])]).strip(".")
+        if e["type"] == "extra_forbidden":
+            return cls(path, e["input"], "unknown key")
+        return cls(path, e.get("input"), e["msg"].removeprefix("Value error, "))
+
+
+def validate_block(schema: type[BaseModel], block: dict | None, prefix: str) -> BaseModel:
+    try:
+        return schema(**(block or {}))
+    except ValidationError as e:
+        raise NestedFieldError.from_validation(prefix, e) from None
+    except TypeError:
+        raise NestedFieldError(prefix, block, "must be a mapping of hyperparameters") from None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---------------------------------------------------------------------------------------------- data
+class PartitionConfig(Strict):
+    kind: Literal["iid", "dirichlet", "dirichlet_equal", "shards"] = "dirichlet"
+    alpha: float = Field(0.1, gt=0, description="Dirichlet concentration (smaller = more skew)")
+    min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
+    cap: bool = Field(False, description="cap each client at N/K samples (fednh.md §7, fedsa.md §6)")
+    classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
+
+
+class DomainConfig(Strict):
+    """Feature skew: each client's images are rotated by its domain's angle (fedfa.md §11, feddebias.md §10)."""
+
+    kind: Literal["none", "rotation"] = "none"
+    angles: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 90.0])
+    assign: Literal["grouped", "per_client"] = Field(
+        "grouped",
+        description="grouped: the training set is split into one equal part per angle, each part partitioned over "
+        "its share of clients; per_client: client i gets angle i mod len(angles) on its own partition",
+    )
+
+
+class SyntheticConfig(Strict):
+    num_samples: int = Field(1000, gt=0)
+    num_classes: int = Field(10, ge=2)
+    channels: int = Field(1, ge=1)
+    size: int = Field(8, ge=2)
+    noise: float = Field(1.0, ge=0)
+    seed: int = 0
+
+
+DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100")
+
+
+class DataConfig(Strict):
+    dataset: str = "digits"
+    root: str = "data"
+    download: bool = False
+    emnist_split: str = "balanced"
+    num_clients: int = Field(10, ge=1)
+    test_fraction: float = Field(0.3, gt=0, lt=1, description="global test share for digits/synthetic")
+    split_seed: int | None = Field(None, description="random state of the train/test split; null: the run seed")
+    client_test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client test split (personalized eval)")
+    partitions_dir: str = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
+    pad: int = Field(0, ge=0)
+    normalize: Literal["none", "center"] = "none"
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    domains: DomainConfig = Field(default_factory=DomainConfig)
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+
+    @field_validator("dataset")
+    @classmethod
+    def known_dataset(cls, v: str) -> str:
+        if v not in DATASET_NAMES:
+            raise ValueError(f"unknown dataset; allowed: {', '.join(DATASET_NAMES)}")
+        return v
+
+
+# --------------------------------------------------------------------------------------------- model
+class ModelConfig(BaseModel):
+    """`name` plus that model's own options (validated against its params schema)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    name: str = "mlp"
+
+    @model_validator(mode="after")
+    def known_model(self) -> ModelConfig:
+        from tasks.models import MODELS
+
+        if self.name not in MODELS:
+            raise NestedFieldError("name", self.name, f"unknown model; allowed: {', '.join(MODELS.names())}")
+        validate_block(MODELS.get(self.name).params, self.options, "")
+        return self
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+# ------------------------------------------------------------------------------------------ algorithm
+class AlgorithmConfig(BaseModel):
+    """`name` plus one block of hyperparameters per algorithm; each block validated by its algorithm."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    name: str = "fedavg"
+
+    @model_validator(mode="after")
+    def known_algorithms(self) -> AlgorithmConfig:
+        from tasks.algorithms import ALGORITHMS
+
+        allowed = ", ".join(ALGORITHMS.names())
+        if self.name not in ALGORITHMS:
+            raise NestedFieldError("name", self.name, f"unknown algorithm; allowed: {allowed}")
+        for name, block in (self.model_extra or {}).items():
+            if name not in ALGORITHMS:
+                raise NestedFieldError(name, block, f"not an algorithm's block; allowed: name, {allowed}")
+            validate_block(ALGORITHMS.get(name).Params, block, name)
+        return self
+
+    def params_for(self, name: str | None = None):
+        """The validated hyperparameters of `name` (default: the named algorithm), unset ones at defaults."""
+        from tasks.algorithms import ALGORITHMS
+
+        name = name or self.name
+        return ALGORITHMS.get(name).Params(**((self.model_extra or {}).get(name) or {}))
+
+
+# ------------------------------------------------------------------------------------------ training
+class OptimizerConfig(Strict):
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ScheduleConfig(Strict):
+    """Learning rate at round t: constant, lr·gamma^t, or cosine from lr to 0 over the rounds."""
+
+    name: Literal["constant", "exponential", "cosine"] = "constant"
+    gamma: float = Field(0.99, gt=0, le=1)
+
+
+class TrainConfig(Strict):
+    rounds: int = Field(20, ge=0)
+    clients_per_round: int | None = Field(None, ge=1, description="overrides fraction")
+    fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round")
+    local_epochs: int = Field(1, ge=1)
+    local_steps: int | None = Field(None, ge=1, description="overrides local_epochs: batches sampled with replacement")
+    batch_size: int = Field(32, ge=1)
+    drop_last: bool = False
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    grad_clip: float | None = Field(None, gt=0)
+
+
+class EvalConfig(Strict):
+    every: int = Field(1, ge=1)
+    batch_size: int = Field(1024, ge=1)
+
+
+class ResourcesConfig(Strict):
+    num_actors: int | None = Field(None, ge=1, description="default: as many as the cluster's resources hold")
+    cpus_per_actor: float = Field(1.0, gt=0)
+    gpus_per_actor: float = Field(0.0, ge=0, le=1, description="fraction of a GPU per client actor")
+    max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
+    actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
+
+
+class TrackingConfig(Strict):
+    enabled: bool = True
+    uri: str | None = Field(None, description="MLflow tracking URI; MLFLOW_TRACKING_URI or MLflow's default otherwise")
+    experiment: str = "mooring"
+
+
+class CheckpointConfig(Strict):
+    every: int = Field(5, ge=0, description="rounds between checkpoints; 0: only at the end")
+    dir: str = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
+
+
+class ClaimCheck(Strict):
+    """One of a paper's statements, judged on paired per-seed differences (method − baseline, same split)."""
+
+    statement: str
+    setting: str = "default"
+    method: str
+    baseline: str
+    metric: str | None = Field(None, description="overrides the claims block's metric")
+    expect: Literal["better", "worse"] = "better"
+    min_wins: int | None = Field(None, ge=0, description="seeds the method must win; default: ceil(0.8 × seeds)")
+    max_p: float | None = Field(None, gt=0, le=1, description="also require a one-sided paired t-test p below this")
+
+
+class ClaimsConfig(Strict):
+    """A paper's small-scale protocol: settings × methods × seeds, and the statements to check.
+
+    `mooring run` ignores this block and runs the experiment above it; `mooring claims` runs the protocol.
+    Metrics are "KEY:AGG": KEY a history metric (accuracy, accuracy_worst, personalized_accuracy, ...), AGG one
+    of final, best, last5, top5."""
+
+    title: str
+    spec: str = ""
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    metric: str = "accuracy:final"
+    settings: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}})
+    methods: dict[str, dict[str, Any]]
+    checks: list[ClaimCheck] = Field(default_factory=list)
+    notes: str = ""
+
+
+class ExperimentConfig(Strict):
+    name: str = "default"
+    seed: int = 0
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    claims: ClaimsConfig | None = None
+
+    @model_validator(mode="after")
+    def participation_fits(self) -> ExperimentConfig:
+        k = self.train.clients_per_round
+        if k is not None and k > self.data.num_clients:
+            raise NestedFieldError("train.clients_per_round", k,
+                                   f"more clients per round than data.num_clients = {self.data.num_clients}")
+        return self
+
+    @property
+    def clients_per_round(self) -> int:
+        if self.train.clients_per_round is not None:
+            return self.train.clients_per_round
+        return max(1, round(self.train.fraction * self.data.num_clients))
+
+    @property
+    def split_seed(self) -> int:
+        return self.seed if self.data.split_seed is None else self.data.split_seed
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# ------------------------------------------------------------------------------------ loading, errors
+def printable(text: str) -> str:
+    """Control characters escaped, so a message stays on one line whatever the YAML held."""
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """The first problem of a pydantic error as one line: field, value given, what is allowed."""
+    e = err.errors()[0]
+    where = printable(".".join(str(p) for p in e["loc"])) or "(top level)"
+    msg = e["msg"].removeprefix("Value error, ")
+    nested = (e.get("ctx") or {}).get("error")
+    if isinstance(nested, NestedFieldError):
+        path = ".".join(p for p in (where if where != "(top level)" else "", printable(nested.path)) if p)
+        return f"{source}: {path} = {nested.value!r}: {nested.msg}"
+    if e["type"] == "extra_forbidden":
+        return f"{source}: unknown key '{where}' (value {e['input']!r}); check the spelling against `mooring config show`"
+    if e["type"] == "literal_error":
+        return f"{source}: {where} = {e['input']!r}: {msg}"
+    value = e.get("input")
+    if isinstance(value, dict):
+        return f"{source}: {where}: {msg}"
+    return f"{source}: {where} = {value!r}: {msg}"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, for example --set train.rounds=5")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: the key must be a dotted path such as data.partition.alpha")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set `raw[a][b][c] = value` for key "a.b.c", creating sections as needed."""
+    *sections, leaf = key.split(".")
+    node = raw
+    for part in sections:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}=...: '{part}' is a value, not a section")
+        node = child
+    node[leaf] = value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        set_dotted(raw, ".".join(path), value)
+    return raw
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def build_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    try:
+        return ExperimentConfig(**raw)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+    except TypeError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    raw = read_yaml(path) if path is not None else {}
+    source = str(path) if path is not None else "config"
+    return build_config(apply_overrides(raw, list(overrides)), source)
+
+
+def with_overrides(cfg: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
+    """A copy of `cfg` with dotted-key overrides applied and re-validated (compare, sweeps)."""
+    raw = cfg.to_dict()
+    for key, value in overrides.items():
+        set_dotted(raw, key, value)
+    return build_config(raw, "config")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

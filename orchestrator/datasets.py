@@ -1,0 +1,45 @@
+"""From a config to a FederatedData: load the dataset, make or reload its stored partition."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pyarrow.parquet as pq
+
+from orchestrator import storage
+from tasks.data.datasets import load_dataset
+from tasks.data.federated import FederatedData
+from tasks.data.partition import Partition, make_partition
+
+
+def partition_key(cfg) -> str:
+    spec = {"data": cfg.data.model_dump(mode="json", exclude={"root", "download", "partitions_dir"}),
+            "seed": cfg.seed, "split_seed": cfg.split_seed}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_or_make_partition(cfg, y_train) -> tuple[Partition, str]:
+    """The stored partition for this exact data spec and seed, or a new one, written once as Parquet."""
+    uri = storage.join(cfg.data.partitions_dir, f"partition-{partition_key(cfg)}.parquet")
+    if storage.exists(uri):
+        table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+        return Partition.from_table(table, cfg.data.num_clients), uri
+    partition = make_partition(y_train, cfg.data, cfg.seed)
+    table = partition.to_table().replace_schema_metadata({"content_hash": partition.content_hash()})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    storage.write_bytes_atomic(uri, buf.getvalue())
+    return partition, uri
+
+
+def prepare_data(cfg) -> FederatedData:
+    dataset = load_dataset(_loader_options(cfg))
+    partition, _ = load_or_make_partition(cfg, dataset.y_train)
+    angles = cfg.data.domains.angles if cfg.data.domains.kind == "rotation" else [0.0]
+    return FederatedData(dataset, partition, list(angles), cfg.data.normalize, partition.content_hash())
+
+
+def _loader_options(cfg):
+    """The DataConfig plus the resolved split seed, in the shape the dataset loaders read."""
+    return cfg.data.model_copy(update={"split_seed": cfg.split_seed})

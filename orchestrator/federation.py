@@ -1,0 +1,219 @@
+"""The round logic, without Ray: a host of logical clients, and the server loop that drives them.
+
+`ClientHost` is what a client actor runs; `Server` is what the coordinator actor runs. Both are plain
+objects, so the same round runs in one process (`run_in_process`: the tests' harness and the benchmarks'
+bare-loop floor) and on Ray (orchestrator/actors.py), with the same numbers: every random draw comes from
+(run seed, round, client id), and updates are folded in client-id order.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
+from tasks.algorithms.base import count_correct, derive_seed, nbytes, seeded_generator
+from tasks.data.federated import FederatedData
+
+SAMPLING_STREAM = 0x5A3
+SETUP_STREAM = 0x5E7
+
+
+def train_settings(cfg) -> TrainSettings:
+    t = cfg.train
+    return TrainSettings(
+        rounds=t.rounds, local_epochs=t.local_epochs, local_steps=t.local_steps, batch_size=t.batch_size,
+        drop_last=t.drop_last, optimizer=t.optimizer.name, lr=t.optimizer.lr, momentum=t.optimizer.momentum,
+        weight_decay=t.optimizer.weight_decay, schedule=t.lr_schedule.name, gamma=t.lr_schedule.gamma,
+        grad_clip=t.grad_clip,
+    )
+
+
+def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algorithm:
+    setup = Setup(num_classes=num_classes, input_shape=tuple(input_shape), num_clients=cfg.data.num_clients,
+                  model_name=cfg.model.name, model_options=cfg.model.options, train=train_settings(cfg), seed=cfg.seed)
+    return ALGORITHMS.get(cfg.algorithm.name)(cfg.algorithm.params_for(), setup)
+
+
+# ------------------------------------------------------------------------------------------ clients
+class ClientHost:
+    """Hosts many logical clients: their data shards and the state that persists between their rounds."""
+
+    def __init__(self, cfg, data: FederatedData, client_ids: list[int], client_states: dict[int, Any] | None = None,
+                 device: str = "cpu"):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+        self.train = self.algorithm.setup.train
+        with_global = self.algorithm.personalized
+        self.data = {cid: data.client_data(cid, with_global_test=with_global) for cid in client_ids}
+        self.states: dict[int, Any] = dict(client_states or {})
+
+    def _state(self, cid: int):
+        if cid not in self.states:
+            self.states[cid] = self.algorithm.init_client(self.data[cid])
+        return self.states[cid]
+
+    def _context(self, cid: int, round_idx: int) -> RoundContext:
+        torch.manual_seed(derive_seed(self.cfg.seed, round_idx, cid, 1))  # dropout and other torch-global draws
+        return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
+                            generator=seeded_generator(self.cfg.seed, round_idx, cid), device=self.device)
+
+    def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
+        start = time.perf_counter()
+        update, self.states[cid] = self.algorithm.client_update(payload, self.data[cid], self._state(cid),
+                                                                self._context(cid, round_idx))
+        update.metrics.setdefault("seconds", time.perf_counter() - start)
+        return update
+
+    def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
+        return self.algorithm.client_evaluate(payload, self.data[cid], self._state(cid), self._context(cid, round_idx))
+
+    def setup_contribution(self, cid: int):
+        return self.algorithm.client_setup(self.data[cid], seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
+
+    def client_states(self, cids: list[int] | None = None) -> dict[int, Any]:
+        return {cid: self.states[cid] for cid in (cids or self.states) if cid in self.states}
+
+    def client_ids(self) -> list[int]:
+        return sorted(self.data)
+
+    def ping(self) -> bool:
+        return True
+
+
+# ------------------------------------------------------------------------------------------- server
+def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
+    """The clients of round t: uniform without replacement, from (seed, t) alone."""
+    if per_round >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, round_idx, SAMPLING_STREAM))
+    return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
+
+
+@dataclass
+class RoundOutcome:
+    updates: list[ClientUpdate]  # in client-id order
+    failed: list[int] = field(default_factory=list)
+
+
+# execute(payload, client_ids, round) -> RoundOutcome; evaluate(payload, client_ids, round) -> {cid: {metric: (c, n)}}
+Execute = Callable[[Any, list[int], int], RoundOutcome]
+EvaluateClients = Callable[[Any, list[int], int], dict[int, dict[str, tuple[float, float]]]]
+
+
+class Server:
+    """The global state and the round loop: sample, broadcast, collect, aggregate, evaluate."""
+
+    def __init__(self, cfg, data: FederatedData):
+        self.cfg = cfg
+        self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+        self.test_sets = data.test_sets()
+        self.num_clients = data.num_clients
+        self.round = 0
+        self.state = self.algorithm.init_global()
+        self.history: list[dict[str, Any]] = []
+        self.bytes_total = 0
+        self.set_up = not self.algorithm.needs_setup
+
+    # ------------------------------------------------------------------ checkpointable state
+    def snapshot(self) -> dict[str, Any]:
+        return {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
+                "set_up": self.set_up}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
+        self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
+
+    # ------------------------------------------------------------------ one round
+    def setup(self, contributions: list) -> None:
+        self.state = self.algorithm.server_setup(self.state, contributions)
+        self.set_up = True
+
+    def run_round(self, execute: Execute, evaluate_clients: EvaluateClients | None = None) -> dict[str, Any]:
+        t = self.round
+        cids = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
+        payload = self.algorithm.payload(self.state, t)
+        outcome = execute(payload, cids, t)
+        updates = sorted(outcome.updates, key=lambda u: u.client_id)
+        self.state = self.algorithm.aggregate(self.state, updates, t)
+        self.round = t + 1
+        metrics = self._round_metrics(t, payload, cids, updates, outcome.failed)
+        if self._eval_due():
+            metrics.update(self.evaluate(evaluate_clients))
+        self.history.append(metrics)
+        return metrics
+
+    def _eval_due(self) -> bool:
+        return self.round % self.cfg.eval.every == 0 or self.round == self.cfg.train.rounds
+
+    def _round_metrics(self, t, payload, cids, updates: list[ClientUpdate], failed: list[int]) -> dict[str, Any]:
+        bytes_down = nbytes(payload) * len(cids)
+        bytes_up = sum(u.bytes_sent for u in updates)
+        self.bytes_total += bytes_down + bytes_up
+        n = sum(u.num_samples for u in updates)
+        losses = [(u.metrics.get("train_loss"), u.num_samples) for u in updates if "train_loss" in u.metrics]
+        m: dict[str, Any] = {
+            "round": t + 1, "clients": len(cids), "clients_failed": len(failed),
+            "bytes_down": bytes_down, "bytes_up": bytes_up, "bytes_total": self.bytes_total,
+        }
+        if losses and n:
+            m["train_loss"] = sum(loss * k for loss, k in losses) / max(1, sum(k for _, k in losses))
+        m.update(self.algorithm.round_metrics(self.state, updates, t))
+        return m
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, evaluate_clients: EvaluateClients | None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        model = self.algorithm.global_model(self.state)
+        if model is not None:
+            accs = {name: count_correct(model, x, y, self.cfg.eval.batch_size) / max(1, len(y))
+                    for name, (x, y) in self.test_sets.items()}
+            out["accuracy"] = float(np.mean(list(accs.values())))
+            if len(accs) > 1:
+                out["accuracy_worst"] = min(accs.values())
+                out.update({f"accuracy_{k}": v for k, v in accs.items()})
+        if self.algorithm.personalized and evaluate_clients is not None:
+            payload = self.algorithm.payload(self.state, self.round)
+            out.update(personalized_summary(evaluate_clients(payload, list(range(self.num_clients)), self.round)))
+        return out
+
+
+def personalized_summary(per_client: dict[int, dict[str, tuple[float, float]]]) -> dict[str, float]:
+    """Sample-weighted accuracy per metric, plus its mean and spread across clients (fairness)."""
+    out: dict[str, float] = {}
+    metrics = sorted({k for res in per_client.values() for k in res})
+    for key in metrics:
+        pairs = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]
+        correct, total = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        per = [c / n for c, n in pairs if n > 0]
+        name = "personalized_accuracy" if key == "acc" else f"personalized_{key}"
+        out[name] = correct / total if total else float("nan")
+        out[f"{name}_client_mean"] = float(np.mean(per)) if per else float("nan")
+        out[f"{name}_client_std"] = float(np.std(per)) if per else float("nan")
+    return out
+
+
+# ------------------------------------------------------------------------------ one process, no Ray
+def run_in_process(cfg, data: FederatedData, rounds: int | None = None, on_round=None) -> list[dict[str, Any]]:
+    """The whole federated run in this process: one host for all clients, serially."""
+    host = ClientHost(cfg, data, list(range(data.num_clients)))
+    server = Server(cfg, data)
+    if not server.set_up:
+        server.setup([host.setup_contribution(c) for c in range(data.num_clients)])
+
+    def execute(payload, cids, t):
+        return RoundOutcome([host.update(payload, c, t) for c in cids])
+
+    def evaluate_clients(payload, cids, t):
+        return {c: host.evaluate(payload, c, t) for c in cids}
+
+    for _ in range(cfg.train.rounds if rounds is None else rounds):
+        metrics = server.run_round(execute, evaluate_clients)
+        if on_round is not None:
+            on_round(metrics)
+    return server.history

@@ -1,0 +1,68 @@
+"""Paths that may be local or on any filesystem `pyarrow.fs` understands (s3://, gs://, hdfs://, file://).
+
+Writes are atomic: to a temporary name beside the target, then a move, so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import io
+import posixpath
+import uuid
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), str(Path(uri).absolute())
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if "://" in base else str(Path(base, *parts))
+
+
+def exists(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def write_bytes_atomic(uri: str, data: bytes) -> None:
+    fs, path = resolve(uri)
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open_output_stream(tmp) as f:
+        f.write(data)
+    fs.move(tmp, path)
+
+
+def list_dir(uri: str) -> list[str]:
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return []
+    return sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(path)))
+
+
+def torch_bytes(obj) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def torch_load_safe(data: bytes):
+    """Load tensors and plain containers only: `weights_only=True` refuses to run pickled code."""
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

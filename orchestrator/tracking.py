@@ -1,0 +1,134 @@
+"""MLflow tracking through MlflowClient (explicit run ids: safe inside Ray tasks and threads).
+
+The store is MLflow's own default in the working directory unless `tracking.uri` or MLFLOW_TRACKING_URI
+says otherwise. If the tracking server cannot be reached, the run warns once and goes on without it; the
+run directory still holds every metric (metrics.jsonl).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def resolve_uri(configured: str | None) -> str:
+    """The tracking URI to use, made absolute so Ray workers in other directories find the same store."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        import mlflow
+
+        uri = mlflow.get_tracking_uri()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).absolute())
+    if "://" not in uri:
+        return Path(uri).absolute().as_uri()
+    return uri
+
+
+def reachable(uri: str, timeout: float = 3.0) -> bool:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return True
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class Tracker:
+    """One MLflow run. Every call is a no-op after the first failure, which is reported once."""
+
+    def __init__(self, uri: str | None, experiment: str, enabled: bool = True):
+        self.uri = resolve_uri(uri) if enabled else ""
+        self.experiment = experiment
+        self.enabled = enabled
+        self.run_id: str | None = None
+        self._client = None
+        if enabled and not reachable(self.uri):
+            self._disable(f"tracking server {self.uri} is unreachable")
+
+    def _disable(self, why: str) -> None:
+        if self.enabled:
+            print(f"warning: MLflow tracking off for this run: {why}; metrics are still in the run directory",
+                  file=sys.stderr)
+        self.enabled = False
+
+    def _call(self, fn, *args, **kwargs):
+        if not self.enabled:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # any tracking failure must not stop training
+            self._disable(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            return None
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def _experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment)
+        return exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+
+    def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str], parent_run_id: str | None = None,
+              resume_run_id: str | None = None) -> str | None:
+        def _start():
+            if resume_run_id:
+                self.client.update_run(resume_run_id, status="RUNNING")
+                return resume_run_id
+            all_tags = dict(tags)
+            if parent_run_id:
+                all_tags["mlflow.parentRunId"] = parent_run_id
+            run = self.client.create_run(self._experiment_id(), run_name=run_name, tags=all_tags)
+            self._log_params(run.info.run_id, params)
+            return run.info.run_id
+
+        self.run_id = self._call(_start)
+        return self.run_id
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i:i + 100])
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        from mlflow.entities import Metric
+
+        if self.run_id is None:
+            return
+        import time
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+        self._call(self.client.log_batch, self.run_id, metrics=items)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        if self.run_id is not None:
+            for k, v in tags.items():
+                self._call(self.client.set_tag, self.run_id, k, str(v))
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        if self.run_id is not None:
+            self._call(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        if self.run_id is not None:
+            self._call(self.client.set_terminated, self.run_id, status)

@@ -1,0 +1,222 @@
+"""`mooring claims`: the papers' claims, checked on real digits, written to docs/claims.md.
+
+Each `configs/claims/*.yaml` is a runnable experiment plus a `claims:` block (orchestrator/config.py,
+ClaimsConfig): settings × methods × seeds, run through `mooring compare` (same partition for every method
+of a seed), and statements judged on paired per-seed differences to a baseline:
+
+    holds  ⇔  mean paired difference has the expected sign, the method wins ≥ min_wins seeds
+              (default ⌈0.8 × seeds⌉), and, where max_p is set, a one-sided paired t-test gives p < max_p.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipelines.compare import Comparison, compare
+
+
+@dataclass
+class Verdict:
+    statement: str
+    setting: str
+    method: str
+    baseline: str
+    metric: str
+    method_values: list[float]
+    baseline_values: list[float]
+    diffs: list[float]
+    wins: int
+    needed_wins: int
+    p_value: float | None
+    holds: bool
+
+
+def paired_verdict(check, setting_comp: Comparison, metric: str) -> Verdict:
+    a = setting_comp.values(check.method, metric)
+    b = setting_comp.values(check.baseline, metric)
+    seeds = [s for s in sorted(a) if a[s] is not None and b.get(s) is not None]
+    va, vb = [a[s] for s in seeds], [b[s] for s in seeds]
+    sign = 1.0 if check.expect == "better" else -1.0
+    diffs = [x - y for x, y in zip(va, vb)]
+    wins = sum(1 for d in diffs if sign * d > 0)
+    needed = check.min_wins if check.min_wins is not None else math.ceil(0.8 * len(seeds))
+    p = one_sided_p(diffs, sign)
+    holds = bool(seeds) and sign * float(np.mean(diffs)) > 0 and wins >= needed
+    if check.max_p is not None:
+        holds = holds and p is not None and p < check.max_p
+    return Verdict(check.statement, check.setting, check.method, check.baseline, metric, va, vb, diffs, wins,
+                   needed, p, holds)
+
+
+def one_sided_p(diffs: list[float], sign: float) -> float | None:
+    """Paired t-test p-value for mean(sign · diff) > 0; None when it is undefined (n < 2 or no spread)."""
+    if len(diffs) < 2 or np.std(diffs) == 0:
+        return None
+    from scipy.stats import ttest_1samp
+
+    return float(ttest_1samp(np.asarray(diffs) * sign, 0.0, alternative="greater").pvalue)
+
+
+# ---------------------------------------------------------------------------------------- running
+def base_experiment(cfg):
+    from orchestrator.config import build_config
+
+    raw = cfg.to_dict()
+    raw.pop("claims")
+    return build_config(raw, cfg.name)
+
+
+def check_names(cfg) -> None:
+    from orchestrator.config import ConfigError
+
+    claims = cfg.claims
+    for check in claims.checks:
+        for role, name, pool in (("setting", check.setting, claims.settings), ("method", check.method, claims.methods),
+                                 ("baseline", check.baseline, claims.methods)):
+            if name not in pool:
+                raise ConfigError(f"{cfg.name}: claims check {check.statement[:40]!r}: unknown {role} {name!r}; "
+                                  f"allowed: {', '.join(pool)}")
+
+
+def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str | None = None,
+               echo=print, report_only: bool = False) -> tuple[dict[str, Comparison], list[Verdict]]:
+    """Run the protocol (or, with report_only, reload the histories a previous run saved in out_dir)."""
+    from orchestrator.config import with_overrides
+
+    check_names(cfg)
+    claims, base = cfg.claims, base_experiment(cfg)
+    seeds = seeds or claims.seeds
+    comps: dict[str, Comparison] = {}
+    for setting, overrides in claims.settings.items():
+        if report_only:
+            comps[setting] = saved_comparison(out_dir / setting)
+            continue
+        echo(f"{cfg.name} / {setting}")
+        comps[setting] = compare(with_overrides(base, overrides), claims.methods, seeds, out_dir / setting,
+                                 address=address, echo=echo)
+    verdicts = [paired_verdict(c, comps[c.setting], c.metric or claims.metric) for c in claims.checks]
+    return comps, verdicts
+
+
+def saved_comparison(setting_dir: Path) -> Comparison:
+    from orchestrator.config import ConfigError
+
+    path = setting_dir / "histories.json"
+    if not path.exists():
+        raise ConfigError(f"--report-only: no saved results at {path}; run the claims first")
+    raw = json.loads(path.read_text())
+    return Comparison(histories={v: {int(seed): h for seed, h in by_seed.items()} for v, by_seed in raw.items()})
+
+
+# --------------------------------------------------------------------------------------- reporting
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.2f}"
+
+
+def _mean_std(vals: list[float]) -> str:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "n/a"
+    return f"{100 * np.mean(vals):.2f} ± {100 * np.std(vals):.2f}"
+
+
+def render_section(cfg, comps: dict[str, Comparison], verdicts: list[Verdict], command: str) -> str:
+    claims = cfg.claims
+    lines = [f"## {claims.title}", ""]
+    if claims.spec:
+        lines.append(f"Protocol: `{claims.spec}`. Config: `configs/claims/{cfg.name}.yaml`. Seeds: "
+                     f"{', '.join(map(str, next(iter(comps.values())).histories[next(iter(claims.methods))]))}. "
+                     f"Metric: `{claims.metric}` (accuracy in %). Reproduce: `{command}`.")
+        lines.append("")
+    lines += ["### Measured (mean ± std over seeds)", "",
+              "| method | " + " | ".join(comps) + " |", "|---|" + "---|" * len(comps)]
+    for method in claims.methods:
+        cells = [_mean_std(list(comps[s].values(method, claims.metric).values())) for s in comps]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += ["", "### Claims", "",
+              "| paper's statement | setting | method − baseline | metric | method | baseline | paired diff | wins | p | holds |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for v in verdicts:
+        diff = f"{100 * np.mean(v.diffs):+.2f} ± {100 * np.std(v.diffs):.2f}" if v.diffs else "n/a"
+        p = "n/a" if v.p_value is None else f"{v.p_value:.3f}"
+        lines.append(f"| {v.statement} | {v.setting} | {v.method} − {v.baseline} | `{v.metric}` | "
+                     f"{_mean_std(v.method_values)} | {_mean_std(v.baseline_values)} | {diff} | "
+                     f"{v.wins}/{len(v.diffs)} (need {v.needed_wins}) | {p} | {'**yes**' if v.holds else 'no'} |")
+    if claims.notes:
+        lines += ["", claims.notes.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(sections: dict[str, str], path: Path) -> None:
+    """docs/claims.md: one section per claims config; sections not re-run this time are kept."""
+    existing = _read_sections(path)
+    existing.update(sections)
+    header = ("# The papers' claims on real digits\n\n"
+              "Written by `make claims` (`mooring claims`). Every number is measured by Mooring on scikit-learn's "
+              "`load_digits`, mean ± std over seeds; each claim is judged on paired per-seed differences to its "
+              "baseline on the same partition (see `pipelines/claims.py` for the rule). A claim that does not hold "
+              "at this scale is reported as measured.\n\n")
+    body = "".join(f"<!-- claims:{name} -->\n{text}\n" for name, text in sorted(existing.items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + body)
+
+
+def _read_sections(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    sections, name, buf = {}, None, []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("<!-- claims:"):
+            if name:
+                sections[name] = "".join(buf).rstrip() + "\n"
+            name, buf = line.strip()[len("<!-- claims:"):-len(" -->")], []
+        elif name:
+            buf.append(line)
+    if name:
+        sections[name] = "".join(buf).rstrip() + "\n"
+    return sections
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def configure(parser) -> None:
+    parser.add_argument("configs", nargs="*", metavar="CLAIMS_CONFIG", help="default: configs/claims/*.yaml")
+    parser.add_argument("--out", default="docs/claims.md")
+    parser.add_argument("--results", default="results/claims", help="directory for the per-setting tables")
+    parser.add_argument("--seeds", default=None, help="override the configs' seeds (comma-separated)")
+    parser.add_argument("--address", default=None, metavar="RAY_ADDRESS")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite the report from the histories saved under --results, running nothing")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override every run of the protocol (a smaller budget: --set train.rounds=30); "
+                             "recorded in the report's reproduce command")
+
+
+def main(args) -> int:
+    from orchestrator.config import ConfigError, load_config
+    from pipelines.compare import parse_list
+
+    paths = args.configs or sorted(str(p) for p in Path("configs/claims").glob("*.yaml"))
+    configs = [load_config(p, args.overrides) for p in paths]
+    for cfg, path in zip(configs, paths):
+        if cfg.claims is None:
+            raise ConfigError(f"{path}: no `claims:` block")
+    seeds = parse_list(args.seeds, int) or None
+    sections = {}
+    for cfg, path in zip(configs, paths):
+        comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,
+                                     echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
+        command = " ".join(["mooring claims", path, *(f"--seeds {args.seeds}" for _ in [0] if args.seeds),
+                            *(f"--set {o}" for o in args.overrides)])
+        sections[cfg.name] = render_section(cfg, comps, verdicts, command)
+        (Path(args.results) / cfg.name / "verdicts.json").write_text(
+            json.dumps([v.__dict__ for v in verdicts], indent=1))
+        print(sections[cfg.name])
+    write_report(sections, Path(args.out))
+    print(f"wrote {args.out}")
+    return 0
+

@@ -1,0 +1,242 @@
+"""`mooring compare`: several algorithms (or any named variants) × seeds on one base config.
+
+Every variant of a seed runs on exactly the same partition (the partition depends only on the data spec
+and the seed). Runs go to Ray as tasks, as many at a time as the CPUs hold, each with its own coordinator
+and client actors, each an MLflow run nested under one parent run. The table (CSV and Parquet), every
+history (JSON) and a PNG of accuracy by round are saved and logged to the parent run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator.commands.common import add_address_arg, add_config_args
+
+
+# ------------------------------------------------------------------------------------ metrics of a run
+def aggregate_metric(history: list[dict[str, Any]], spec: str) -> float | None:
+    """A "KEY:AGG" metric of one run: KEY from each round's metrics; AGG final, best, last5 or top5."""
+    key, _, agg = spec.partition(":")
+    agg = agg or "final"
+    values = [float(m[key]) for m in history if m.get(key) is not None and not math.isnan(float(m[key]))]
+    if not values:
+        return None
+    if agg == "final":
+        return values[-1]
+    if agg == "best":
+        return max(values)
+    if agg == "last5":
+        return float(np.mean(values[-5:]))
+    if agg == "top5":
+        return float(np.mean(sorted(values)[-5:]))
+    raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5 or top5")
+
+
+# ------------------------------------------------------------------------------------------- running
+@dataclass
+class Job:
+    variant: str
+    seed: int
+    cfg: Any
+
+
+@dataclass
+class Comparison:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    histories: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    parent_run_id: str | None = None
+
+    def values(self, variant: str, spec: str) -> dict[int, float | None]:
+        return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
+
+
+def absolute_paths(cfg):
+    """Local paths made absolute, so runs in Ray workers write where the driver reads."""
+    from orchestrator.config import with_overrides
+    from orchestrator.tracking import resolve_uri
+
+    overrides = {}
+    for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir),
+                       ("data.root", cfg.data.root)):
+        if "://" not in value:
+            overrides[key] = str(Path(value).absolute())
+    if cfg.tracking.enabled:
+        overrides["tracking.uri"] = resolve_uri(cfg.tracking.uri)
+    return with_overrides(cfg, overrides)
+
+
+def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int) -> list[Job]:
+    from orchestrator.config import with_overrides
+
+    base = absolute_paths(base)
+    return [Job(name, seed, with_overrides(base, {**overrides, "seed": seed, "resources.num_actors": actors_per_run}))
+            for seed in seeds for name, overrides in variants.items()]
+
+
+def _run_job(cfg, parent_run_id):
+    from orchestrator.run import run_experiment
+
+    return run_experiment(cfg, progress=False, parent_run_id=parent_run_id)
+
+
+def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=print) -> Comparison:
+    """Run the jobs as Ray tasks, at most `parallel` at once; results in job order whatever finishes first."""
+    import ray
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
+    out = Comparison(parent_run_id=parent_run_id)
+    pending: dict[Any, Job] = {}
+    queue = list(jobs)
+    results: dict[tuple[str, int], Any] = {}
+    while queue or pending:
+        while queue and len(pending) < parallel:
+            job = queue.pop(0)
+            pending[remote.remote(job.cfg, parent_run_id)] = job
+        done, _ = ray.wait(list(pending), num_returns=1)
+        job = pending.pop(done[0])
+        result = ray.get(done[0])
+        results[(job.variant, job.seed)] = result
+        echo(f"  {job.variant:<28} seed {job.seed:<5} final {_pct(result.final_accuracy)}  best {_pct(result.best_accuracy)}"
+             f"  ({result.wall_seconds:.0f} s)")
+    for job in jobs:
+        r = results[(job.variant, job.seed)]
+        out.histories.setdefault(job.variant, {})[job.seed] = r.history
+        out.rows.append({
+            "variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
+            "final_accuracy": r.final_accuracy, "best_accuracy": r.best_accuracy,
+            "personalized_accuracy": r.personalized_accuracy,
+            "bytes_total": r.history[-1].get("bytes_total") if r.history else None,
+            "rounds": r.rounds, "wall_seconds": r.wall_seconds, "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir,
+        })
+    return out
+
+
+def _pct(v):
+    return "  n/a " if v is None else f"{100 * v:6.2f}%"
+
+
+def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
+    import ray
+
+    cpus = ray.cluster_resources().get("CPU", 1)
+    return max(1, int(cpus // (actors_per_run * cpus_per_actor)))
+
+
+# ----------------------------------------------------------------------------------------- reporting
+def summary_table(comp: Comparison, metric: str = "final_accuracy") -> list[dict[str, Any]]:
+    """Mean ± std over seeds of each variant's metric, in the order the variants ran."""
+    by_variant: dict[str, list[dict]] = {}
+    for row in comp.rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    table = []
+    for variant, rows in by_variant.items():
+        vals = [r[metric] for r in rows if r[metric] is not None]
+        table.append({"variant": variant, "seeds": len(rows),
+                      "mean": float(np.mean(vals)) if vals else None,
+                      "std": float(np.std(vals)) if len(vals) > 1 else 0.0 if vals else None,
+                      "bytes_total": rows[0]["bytes_total"],
+                      "personalized": _mean([r["personalized_accuracy"] for r in rows])})
+    return table
+
+
+def _mean(vals):
+    vals = [v for v in vals if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def format_table(table: list[dict[str, Any]]) -> str:
+    lines = [f"{'variant':<28} {'seeds':>5} {'final accuracy':>18} {'personalized':>13} {'MB sent':>9}"]
+    for row in table:
+        acc = "n/a" if row["mean"] is None else f"{100 * row['mean']:.2f} ± {100 * row['std']:.2f}%"
+        pers = "-" if row["personalized"] is None else f"{100 * row['personalized']:.2f}%"
+        mb = "-" if row["bytes_total"] is None else f"{row['bytes_total'] / 1e6:.1f}"
+        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc:>18} {pers:>13} {mb:>9}")
+    return "\n".join(lines)
+
+
+def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from orchestrator.plots import plot_history
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(comp.rows)
+    pacsv.write_csv(table, out_dir / "runs.csv")
+    pq.write_table(table, out_dir / "runs.parquet")
+    summary = pa.Table.from_pylist(summary_table(comp))
+    pacsv.write_csv(summary, out_dir / "summary.csv")
+    pq.write_table(summary, out_dir / "summary.parquet")
+    (out_dir / "histories.json").write_text(json.dumps(comp.histories))
+    curves = {v: [h for _, h in sorted(by_seed.items())] for v, by_seed in comp.histories.items()}
+    plot_history(curves, out_dir / "accuracy.png", title=title)
+    return [out_dir / n for n in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "histories.json",
+                                  "accuracy.png")]
+
+
+# ------------------------------------------------------------------------------------------ pipeline
+def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
+            address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
+            echo=print) -> Comparison:
+    from orchestrator.run import ensure_ray
+    from orchestrator.tracking import Tracker
+
+    ensure_ray(address)
+    parallel = parallel or default_parallel(actors_per_run, base.resources.cpus_per_actor)
+    jobs = plan_jobs(base, variants, seeds, actors_per_run)
+    tracker = Tracker(jobs[0].cfg.tracking.uri, base.tracking.experiment, base.tracking.enabled)
+    tracker.start(f"compare-{base.name}", {"variants": ",".join(variants), "seeds": ",".join(map(str, seeds))},
+                  {"kind": "compare", "dataset": base.data.dataset})
+    echo(f"comparing {len(variants)} variants × {len(seeds)} seeds, {parallel} at a time")
+    try:
+        comp = run_jobs(jobs, parallel, tracker.run_id, echo)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    for path in save_outputs(comp, Path(out_dir), title=base.name):
+        tracker.log_artifact(path)
+    tracker.end("FINISHED")
+    return comp
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def configure(parser) -> None:
+    add_config_args(parser)
+    add_address_arg(parser)
+    parser.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: the config's)")
+    parser.add_argument("--all-algorithms", action="store_true", help="every registered algorithm")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the config's seed)")
+    parser.add_argument("--out", default="results/compare", help="directory for the table, histories and plot")
+    parser.add_argument("--parallel", type=int, default=None, help="runs at once (default: as the CPUs hold)")
+
+
+def parse_list(text: str | None, kind=str) -> list:
+    return [kind(x.strip()) for x in text.split(",") if x.strip()] if text else []
+
+
+def main(args) -> int:
+    from orchestrator.config import ConfigError, load_config
+    from tasks.algorithms import ALGORITHMS
+
+    base = load_config(args.config, args.overrides)
+    names = ALGORITHMS.names() if args.all_algorithms else parse_list(args.algorithms) or [base.algorithm.name]
+    for name in names:
+        if name not in ALGORITHMS:
+            raise ConfigError(f"--algorithms: unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS.names())}")
+    try:
+        seeds = parse_list(args.seeds, int) or [base.seed]
+    except ValueError:
+        raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
+    comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
+                   parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr))
+    print(format_table(summary_table(comp)))
+    print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png"
+          + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
+    return 0

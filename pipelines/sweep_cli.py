@@ -1,0 +1,50 @@
+"""`mooring sweep SWEEP_CONFIG [--n-trials N] [--storage URL] [--study NAME] [--address RAY] [--best [--out PATH]]`.
+
+Running the same command again resumes the study; `--best` prints its best trial and writes that trial's
+config as a YAML file that `mooring run` accepts.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from orchestrator.commands.common import add_address_arg
+
+
+def configure(parser) -> None:
+    parser.add_argument("sweep", metavar="SWEEP_CONFIG", help="sweep YAML (see configs/sweeps/)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="dotted override of the base experiment, repeatable: --set train.rounds=5")
+    parser.add_argument("--n-trials", type=int, default=None, metavar="N", help="complete + pruned trials wanted")
+    parser.add_argument("--storage", default=None, metavar="URL",
+                        help="Optuna RDB storage (default: the sweep's, else sqlite:///optuna.db here)")
+    parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the sweep file's name)")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N", help="trials at once (default: as the CPUs hold)")
+    add_address_arg(parser)
+    parser.add_argument("--best", action="store_true", help="print the best trial and write its config; run nothing")
+    parser.add_argument("--out", default=None, metavar="PATH", help="with --best: where to write it (default best-STUDY.yaml)")
+
+
+def main(args) -> int:
+    from orchestrator.config import ConfigError
+    from pipelines.sweep import format_params, load_best, load_sweep, pct, print_result, run_sweep
+
+    for flag, value in (("--n-trials", args.n_trials), ("--parallel", args.parallel)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    sweep = load_sweep(args.sweep, n_trials=args.n_trials, storage_url=args.storage, study=args.study,
+                       overrides=args.overrides, parallel=args.parallel)
+    metric = sweep.config.objective.spec
+    if args.best:
+        trial, cfg = load_best(sweep)
+        out = args.out or f"best-{sweep.study_name}.yaml"
+        if not Path(out).absolute().parent.is_dir():
+            raise ConfigError(f"--out {out}: directory {Path(out).absolute().parent} does not exist")
+        with open(out, "w") as f:
+            f.write(cfg.to_yaml())
+        print(f"best trial {trial.number}: {metric} = {trial.value:.6f} ({pct(trial.value)})  {format_params(trial.params)}")
+        print(f"wrote {out}; run it with `mooring run {out}`")
+        return 0
+    result = run_sweep(sweep, address=args.address, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    print_result(result, metric)
+    return 0

@@ -1,0 +1,86 @@
+"""FedAvg with models communicated only every `a` rounds: FedFM-Lite's equal-budget baseline (specs/fedfm.md §12),
+and the model schedule FedFM-Lite shares with it (fedfm.md §4, §11 point 16).
+
+Schedule (the paper leaves the phase open; this is the choice made here): the global model goes down at rounds
+t ≡ 0 (mod a), so every client starts from w⁰; clients upload their models at rounds t ≡ a−1 (mod a), and the
+server averages them (n_i-weighted). In the rounds between, each client trains on from its own latest model,
+kept in its persistent state. Nothing is sent in a round without a model, so the byte counters show the
+saving: over T rounds ⌈T/a⌉ models go down and ⌊T/a⌋ come up per client.
+"""
+from __future__ import annotations
+
+from tasks.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientUpdate,
+    HyperParams,
+    RoundContext,
+    State,
+    searchable,
+    state_of,
+    train_supervised,
+    weighted_average,
+)
+from tasks.algorithms.registry import register
+from tasks.models import FLModel
+
+
+def model_goes_down(round_idx: int, period: int) -> bool:
+    return round_idx % period == 0
+
+
+def model_goes_up(round_idx: int, period: int) -> bool:
+    return (round_idx + 1) % period == 0
+
+
+def average_sent_models(state: State, updates: list[ClientUpdate]) -> State:
+    """n_i-weighted average of the models the clients uploaded this round; the old model if none did."""
+    sent = [u for u in updates if u.tensors]
+    if not sent:
+        return state
+    return {**state, "model": weighted_average([u.tensors for u in sent], [u.num_samples for u in sent])}
+
+
+class PeriodicModelSync:
+    """Mixin (listed before the Algorithm base): the model goes down and up only every `params.period` rounds."""
+
+    def payload(self, state: State, round_idx: int) -> State:
+        payload = dict(super().payload(state, round_idx))
+        if not model_goes_down(round_idx, self.params.period):
+            payload.pop("model", None)
+        return payload
+
+    def uploads_model(self, round_idx: int) -> bool:
+        return model_goes_up(round_idx, self.params.period)
+
+    def starting_model(self, payload: State, client_state: State) -> State:
+        """The broadcast model, else the client's own latest one, else w⁰ (the same in every process)."""
+        if "model" in payload:
+            return payload["model"]
+        if "model" in client_state:
+            return client_state["model"]
+        return state_of(self.new_model())
+
+    def next_client_state(self, model: FLModel, client_state: State) -> State:
+        return {**client_state, "model": state_of(model)}
+
+
+class PeriodicParams(HyperParams):
+    period: int = searchable(5, 1, 10, integer=True, ge=1, description="a: models communicated every a rounds")
+
+
+@register
+class FedAvgPeriodic(PeriodicModelSync, Algorithm):
+    name = "fedavg_periodic"
+    Params = PeriodicParams
+    spec = "specs/fedfm.md §12 (equal-budget FedAvg)"
+
+    def aggregate(self, state, updates, round_idx):
+        return average_sent_models(state, updates)
+
+    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
+        loss = train_supervised(model, data, ctx)
+        tensors = state_of(model) if self.uploads_model(ctx.round) else {}
+        return (ClientUpdate(data.client_id, data.num_samples, tensors=tensors, metrics={"train_loss": loss}),
+                self.next_client_state(model, client_state))

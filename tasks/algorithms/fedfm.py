@@ -1,0 +1,147 @@
+"""FedFM and FedFM-Lite (Ye et al.): anchor-based feature matching (specs/fedfm.md §2–§6, §11).
+
+FedFM (§2–§3, §5):
+- anchors are per-class means of the penultimate features of the GLOBAL model (eval mode, no gradient) over each
+  client's training data (eq. 8), aggregated with per-class counts (eq. 9); a class no participant holds keeps
+  its previous anchor (§5, §11 point 7; the code would give NaN). Anchors start at zero, as in the code.
+- local loss CE + λ·L_FM, L_FM the contrastive-guiding loss [CODE]: CE over cos(h, a_n)/τ against all C
+  anchors (τ is the paper's α, the code's cg_tau), or with `loss: l2` the code's ℓ2 matching,
+  mean over B·d of (ĥ − â_y)² on normalised vectors. L_FM reaches the extractor only.
+- `warmup_rounds` (T_s): rounds t < T_s are plain FedAvg; anchors are still computed, so they are ready at T_s.
+- One handshake per round here: the client computes its class statistics with the received global model w^(t)
+  before training and uploads them with its model; the server's anchors from w^(t) are used in round t+1. The
+  code (two handshakes) uses anchors from w^(t+1) in round t+1: here they lag by one round.
+
+FedFM-Lite (§4): the client computes its statistics with its TRAINED local model after training (anchors used
+in the next round, as the paper says), anchors go both ways every round, models only every `period` rounds (the
+schedule of tasks/algorithms/fedavg_periodic.py); between syncs each client trains on from its own model.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from tasks.algorithms.anchors import (
+    anchor_round_metrics,
+    feature_anchor_distance,
+    model_diagnostics,
+    pooled_class_means,
+)
+from tasks.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientUpdate,
+    HyperParams,
+    RoundContext,
+    State,
+    class_feature_stats,
+    searchable,
+    state_of,
+    train_supervised,
+)
+from tasks.algorithms.fedavg_periodic import PeriodicModelSync, average_sent_models
+from tasks.algorithms.registry import register
+from tasks.models import FLModel
+
+
+class FedFMParams(HyperParams):
+    lam: float = searchable(50.0, 0.1, 1000.0, log=True, ge=0,
+                            description="weight λ of the feature-matching loss (paper/code 50; Fig. 8c: 1..1000)")
+    tau: float = searchable(0.1, 0.01, 10.0, log=True, gt=0,
+                            description="CG temperature (the paper's α, the code's cg_tau; Table IX: 0.01..10)")
+    warmup_rounds: int = searchable(20, 0, 40, integer=True, ge=0,
+                                    description="T_s: plain FedAvg in rounds t < T_s (Fig. 8c: 1, 20, 40)")
+    loss: Literal["cg", "l2"] = Field("cg", description="contrastive guiding, or the normalised ℓ2 matching")
+
+
+class FedFMLiteParams(FedFMParams):
+    period: int = searchable(5, 1, 10, integer=True, ge=1, description="a: models communicated every a rounds")
+
+
+# ----------------------------------------------------------------------------------------- losses
+def contrastive_guiding_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, tau: float) -> torch.Tensor:
+    """Mean CE of softmax_n(cos(h, a_n)/τ) against the true class, all C anchors in the denominator."""
+    logits = F.normalize(h, dim=1) @ F.normalize(anchors, dim=1).T / tau
+    return F.cross_entropy(logits, y)
+
+
+def l2_matching_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Mean over the B·d entries of (h/‖h‖ − a_y/‖a_y‖)², i.e. (2 − 2·cos)/d per sample."""
+    return F.mse_loss(F.normalize(h, dim=1), F.normalize(anchors, dim=1)[y])
+
+
+def class_stats(model: FLModel, data: ClientData, device: torch.device) -> State:
+    """Per-class feature sums and counts (eval mode, no grad): what eq. (9) needs, as float32 on the wire."""
+    sums, counts = class_feature_stats(model, data.x.to(device), data.y.to(device), data.num_classes)
+    return {"sums": sums.float(), "counts": counts.float()}
+
+
+# ------------------------------------------------------------------------------------- algorithm
+@register
+class FedFM(Algorithm):
+    name = "fedfm"
+    Params = FedFMParams
+    spec = "specs/fedfm.md §2–§3, §5"
+    # class statistics from the received global model (FedFM) or from the trained local model (Lite)
+    stats_after_training: ClassVar[bool] = False
+
+    def init_global(self):
+        model = self.new_model()
+        anchors = torch.zeros(self.num_classes, model.feature_dim)
+        return {"model": state_of(model), "anchors": anchors, "diagnostics": {}}
+
+    def payload(self, state, round_idx):
+        return {"model": state["model"], "anchors": state["anchors"]}
+
+    def aggregate(self, state, updates, round_idx):
+        if not updates:
+            return {**state, "diagnostics": {}}
+        anchors = pooled_class_means([u.stats["sums"] for u in updates], [u.stats["counts"] for u in updates],
+                                     state["anchors"])
+        new = {**state, "anchors": anchors, "diagnostics": model_diagnostics(updates, state["model"])}
+        return average_sent_models(new, updates)
+
+    def round_metrics(self, state, updates, round_idx):
+        return anchor_round_metrics(state, updates)
+
+    # hooks FedFM-Lite replaces (PeriodicModelSync)
+    def uploads_model(self, round_idx: int) -> bool:
+        return True
+
+    def starting_model(self, payload: State, client_state: State) -> State:
+        return payload["model"]
+
+    def next_client_state(self, model: FLModel, client_state: State) -> State:
+        return client_state
+
+    def matching_loss(self, anchors: torch.Tensor):
+        """extra_loss hook: λ·L_FM against the round's fixed anchors."""
+        lam, tau = self.params.lam, self.params.tau
+        if self.params.loss == "cg":
+            return lambda m, x, y, h, logits: lam * contrastive_guiding_loss(h, y, anchors, tau)
+        return lambda m, x, y, h, logits: lam * l2_matching_loss(h, y, anchors)
+
+    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
+        anchors = payload["anchors"].to(ctx.device)
+        stats = None if self.stats_after_training else class_stats(model, data, ctx.device)
+        matching = self.matching_loss(anchors) if ctx.round >= self.params.warmup_rounds else None
+        loss = train_supervised(model, data, ctx, extra_loss=matching)
+        if stats is None:
+            stats = class_stats(model, data, ctx.device)
+        distance, norm = feature_anchor_distance(model, data.x, data.y, anchors)
+        tensors = state_of(model) if self.uploads_model(ctx.round) else {}
+        metrics = {"train_loss": loss, "feature_anchor_distance": distance, "feature_norm": norm}
+        update = ClientUpdate(data.client_id, data.num_samples, tensors=tensors, stats=stats, metrics=metrics)
+        return update, self.next_client_state(model, client_state)
+
+
+@register
+class FedFMLite(PeriodicModelSync, FedFM):
+    name = "fedfm_lite"
+    Params = FedFMLiteParams
+    spec = "specs/fedfm.md §4"
+    stats_after_training = True

@@ -1,0 +1,186 @@
+"""FedProto (Tan et al., AAAI 2022) as the FedSA code runs it (HtFLlib; specs/fedsa.md §1, §4, §8, §10), and the
+heterogeneous-model machinery FedSA builds on.
+
+- Private, heterogeneous models (§1): client i trains architecture `family_member(family, i)` (or, with
+  `homogeneous_model`, the config's model) with its own head; same-architecture clients start from the same
+  weights, seeded from setup.seed (the code's seed 0 per client). The model is kept in the client state as a
+  state dict and rebuilt in a per-process model per architecture. Model weights never leave a client.
+- Local loss (Eq. 4, the code): CE + λ·MSE(f, P̄^y), the MSE averaged over batch and D; a sample whose class has
+  no global prototype adds nothing (the code copies its own feature as the target).
+- Upload (§4.2 step 4, §10.9): the per-class means of the detached features seen during this round's training
+  (train mode), only for the classes the client holds, plus the per-class feature counts: nothing else.
+- Server (§4.1 d): per class, the unweighted mean over this round's clients that hold it; it replaces the global
+  prototypes, so a class that no participant holds has none until it reappears (the code).
+- Evaluation (§4.3, §10.10, §10.14): every client's private model on its own test split, sample-weighted, by
+  "head" (argmax of its head), "proto" (nearest global prototype, the code's rule) and, in FedSA, "anchor".
+  The HEADLINE "acc" is "proto", the rule the code reports; before the first aggregation it scores 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, field_validator
+
+from tasks.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientUpdate,
+    HyperParams,
+    RoundContext,
+    searchable,
+    state_of,
+    train_supervised,
+)
+from tasks.algorithms.prototypes import (
+    ClassMeans,
+    mean_nearest_neighbour_distance,
+    mean_of_present,
+    nearest_prototype,
+)
+from tasks.algorithms.registry import register
+from tasks.models import MODELS, FLModel
+from tasks.models.family import MODEL_FAMILIES, family_member
+
+Regulariser = Callable[[FLModel, torch.Tensor, torch.Tensor], torch.Tensor]  # (model, h, y) -> loss term
+
+
+class PrivateModelParams(HyperParams):
+    family: str = Field("fedsa_digits", description="model family: client i trains member i mod its size")
+    homogeneous_model: bool = Field(False, description="every client trains the config's model (homogeneous control)")
+
+    @field_validator("family")
+    @classmethod
+    def known_family(cls, v: str) -> str:
+        if v not in MODEL_FAMILIES:
+            raise ValueError(f"unknown model family; allowed: {', '.join(sorted(MODEL_FAMILIES))}")
+        return v
+
+
+class FedProtoParams(PrivateModelParams):
+    lam: float = searchable(10.0, 0.01, 100.0, log=True, ge=0,
+                            description="λ: weight of MSE(f, P̄^y) (10 in the FedSA scripts, 0.1 in FedNH's)")
+
+
+def fedproto_loss(h: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """MSE(h, P̄^y) over batch and D, where a class without a global prototype targets the feature itself."""
+    target = torch.where(mask[y].unsqueeze(1), prototypes[y], h.detach())
+    return F.mse_loss(h, target)
+
+
+def rows_by_class(stats: dict, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An upload's prototypes spread to C rows (zeros where absent) and the mask of the classes it holds."""
+    held = stats["counts"] > 0
+    rows = torch.zeros(num_classes, stats["protos"].shape[1], dtype=stats["protos"].dtype)
+    rows[held] = stats["protos"]
+    return rows, held
+
+
+@register
+class FedProto(Algorithm):
+    name = "fedproto"
+    Params = FedProtoParams
+    personalized = True
+    has_global_model = False
+    spec = "specs/fedsa.md §8 (FedProto as in HtFLlib)"
+    headline = "proto"
+
+    def __init__(self, params, setup):
+        super().__init__(params, setup)
+        dims = {a: self.private_model(a).feature_dim for a in sorted({self.architecture(i)
+                                                                      for i in range(setup.num_clients)})}
+        if len(set(dims.values())) != 1:
+            raise ValueError(f"{self.name}: the clients' models must share one feature_dim, got {dims}")
+        self.feature_dim = next(iter(dims.values()))
+
+    # ------------------------------------------------------------------ private models
+    def architecture(self, client_id: int) -> str:
+        if self.params.homogeneous_model:
+            return self.setup.model_name
+        return family_member(self.params.family, client_id)
+
+    def member_options(self, arch: str) -> dict:
+        """The config model's options that this architecture declares (feature_dim, classifier_bias, ...)."""
+        declared = MODELS.get(arch).params.model_fields
+        return {k: v for k, v in self.setup.model_options.items() if k in declared}
+
+    def private_model(self, arch: str, state=None, device=None) -> FLModel:
+        """The per-process working model of one architecture, loaded with a client's state dict."""
+        model = self._model_cache.get(arch)
+        if model is None:
+            model = self._model_cache[arch] = self.new_model(name=arch, options=self.member_options(arch))
+        if device is not None:
+            model.to(device)
+        if state is not None:
+            model.load_state_dict(state)
+        return model
+
+    # ------------------------------------------------------------------ server half
+    def init_global(self):
+        return {"protos": torch.zeros(self.num_classes, self.feature_dim),
+                "proto_mask": torch.zeros(self.num_classes, dtype=torch.bool)}
+
+    def payload(self, state, round_idx):
+        return {"protos": state["protos"], "proto_mask": state["proto_mask"]}
+
+    def aggregate(self, state, updates: list[ClientUpdate], round_idx: int):
+        if not updates:
+            return state
+        rows, masks = zip(*(rows_by_class(u.stats, self.num_classes) for u in updates))
+        protos, mask = mean_of_present(list(rows), list(masks))
+        return {**state, "protos": protos, "proto_mask": mask}
+
+    def round_metrics(self, state, updates, round_idx):
+        """Mean nearest-neighbour distance of the global prototypes (claim (d) of fedsa.md §11)."""
+        return {"prototype_margin": mean_nearest_neighbour_distance(state["protos"][state["proto_mask"]])}
+
+    # ------------------------------------------------------------------ client half
+    def init_client(self, data: ClientData):
+        arch = self.architecture(data.client_id)
+        return {"model": state_of(self.new_model(name=arch, options=self.member_options(arch)))}
+
+    def regulariser(self, payload, client_state, device) -> Regulariser:
+        protos, mask, lam = payload["protos"].to(device), payload["proto_mask"].to(device), self.params.lam
+        return lambda model, h, y: lam * fedproto_loss(h, y, protos, mask)
+
+    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.private_model(self.architecture(data.client_id), client_state["model"], ctx.device)
+        seen = ClassMeans(self.num_classes, self.feature_dim)
+        regulariser = self.regulariser(payload, client_state, ctx.device)
+
+        def extra_loss(model, x, y, h, logits):
+            seen.add(h, y)  # the prototypes are the features met during training, as they change (§4.2 step 4)
+            return regulariser(model, h, y)
+
+        loss = train_supervised(model, data, ctx, extra_loss=extra_loss)
+        held = seen.counts > 0
+        stats = {"protos": seen.means()[held].float(), "counts": seen.counts.float()}
+        update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": loss})
+        return update, {**client_state, "model": state_of(model)}
+
+    # ------------------------------------------------------------------ personalized evaluation
+    def prediction_rules(self, payload) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        """rule -> (features, logits) -> predicted labels."""
+        protos, mask = payload["protos"], payload["proto_mask"]
+        return {"head": lambda h, logits: logits.argmax(dim=1),
+                "proto": lambda h, logits: nearest_prototype(h, protos, mask)}
+
+    def client_evaluate(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.private_model(self.architecture(data.client_id), client_state["model"], ctx.device)
+        h, logits = eval_outputs(model, data.x_test.to(ctx.device))
+        y = data.y_test.to(h.device)
+        out = {rule: (int((predict(h, logits) == y).sum()), len(y))
+               for rule, predict in self.prediction_rules(payload).items()}
+        return {"acc": out[self.headline], **out}
+
+
+@torch.no_grad()
+def eval_outputs(model: FLModel, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features and logits in eval mode (BatchNorm on running statistics), one forward pass."""
+    was_training = model.training
+    model.eval()
+    h = model.features(x)
+    logits = model.classifier(h)
+    model.train(was_training)
+    return h, logits

@@ -1,0 +1,90 @@
+"""Datasets as in-memory arrays: images float32 in NCHW, labels int64, one official train/test split.
+
+`digits` (scikit-learn's load_digits: 1,797 real 8×8 handwritten digits, shipped with scikit-learn) is the
+embedded default; `synthetic` makes small class-conditional images for fast tests; the torchvision sets
+(tasks/data/torchvision_sets.py) read a local directory and never download unless asked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tasks.registry import Registry
+
+
+@dataclass
+class ArrayDataset:
+    name: str
+    x_train: np.ndarray  # float32, (N, C, H, W)
+    y_train: np.ndarray  # int64, (N,)
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+class DatasetNotFound(Exception):
+    """A dataset's files are not where the config says; the message names the directory and the files."""
+
+
+# A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/config.py DataConfig.
+DATASETS: Registry = Registry("dataset")
+
+
+def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of a stratified train/test split (scikit-learn's, so the specs' `random_state` matches)."""
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    train, test = train_test_split(idx, test_size=test_fraction, stratify=y, random_state=seed)
+    return np.sort(train), np.sort(test)
+
+
+def _split(name: str, x: np.ndarray, y: np.ndarray, num_classes: int, test_fraction: float, seed: int) -> ArrayDataset:
+    train, test = stratified_split(y, test_fraction, seed)
+    return ArrayDataset(name, x[train], y[train], x[test], y[test], num_classes)
+
+
+@DATASETS.register("digits")
+def load_digits_dataset(opts) -> ArrayDataset:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
+    y = digits.target.astype(np.int64)
+    return _split("digits", x, y, 10, opts.test_fraction, opts.split_seed)
+
+
+@DATASETS.register("synthetic")
+def load_synthetic(opts) -> ArrayDataset:
+    """Class-conditional Gaussian images: each class has a fixed random mean image plus pixel noise."""
+    s = opts.synthetic
+    rng = np.random.default_rng(s.seed)
+    shape = (s.channels, s.size, s.size)
+    means = rng.normal(0.0, 1.0, size=(s.num_classes, *shape)).astype(np.float32)
+    y = np.arange(s.num_samples, dtype=np.int64) % s.num_classes
+    rng.shuffle(y)
+    x = means[y] + s.noise * rng.normal(size=(s.num_samples, *shape)).astype(np.float32)
+    return _split("synthetic", x.astype(np.float32), y, s.num_classes, opts.test_fraction, opts.split_seed)
+
+
+def load_dataset(opts) -> ArrayDataset:
+    """Load the dataset a DataConfig names, zero-padded by `pad` pixels per side. Normalisation comes
+    later (`normalize_images`), after any rotation, so rotated corners stay background."""
+    import tasks.data.torchvision_sets  # noqa: F401  (registers mnist, fmnist, emnist, cifar10, cifar100)
+
+    ds = DATASETS.get(opts.dataset)(opts)
+    if opts.pad:
+        p = opts.pad
+        ds.x_train = np.pad(ds.x_train, ((0, 0), (0, 0), (p, p), (p, p)))
+        ds.x_test = np.pad(ds.x_test, ((0, 0), (0, 0), (p, p), (p, p)))
+    return ds
+
+
+def normalize_images(x: np.ndarray, mode: str) -> np.ndarray:
+    """`center` maps [0, 1] to [-1, 1] ((x − 0.5)/0.5, fedsa.md §11)."""
+    return (x - 0.5) / 0.5 if mode == "center" else x

@@ -1,0 +1,62 @@
+"""A dataset split over clients: what client actors and the coordinator read their data from.
+
+Built once by the driver and put in Ray's object store, so every actor on a node shares one copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from tasks.algorithms.base import ClientData
+from tasks.data.datasets import ArrayDataset, normalize_images
+from tasks.data.partition import Partition, rotate_images
+
+
+@dataclass
+class FederatedData:
+    dataset: ArrayDataset
+    partition: Partition
+    angles: list[float] = field(default_factory=lambda: [0.0])
+    normalize: str = "none"
+    partition_hash: str = ""
+
+    @property
+    def num_clients(self) -> int:
+        return self.partition.num_clients
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.dataset.input_shape
+
+    def _view(self, x: np.ndarray, domain: int) -> torch.Tensor:
+        """The images as this domain sees them: rotated, then normalised, in a tensor of its own."""
+        view = normalize_images(rotate_images(x, self.angles[domain]), self.normalize)
+        return torch.from_numpy(np.array(view, dtype=np.float32))
+
+    def test_sets(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The global test set, once per domain (rotated by each angle); one entry without domains."""
+        y = torch.tensor(self.dataset.y_test)
+        if len(self.angles) == 1:
+            return {"test": (self._view(self.dataset.x_test, 0), y)}
+        return {f"rot{a:g}": (self._view(self.dataset.x_test, d), y) for d, a in enumerate(self.angles)}
+
+    def client_data(self, client_id: int, with_global_test: bool = False) -> ClientData:
+        d = int(self.partition.domain[client_id])
+        tr, te = self.partition.train[client_id], self.partition.test[client_id]
+        ds = self.dataset
+        data = ClientData(
+            client_id=client_id,
+            x=self._view(ds.x_train[tr], d), y=torch.tensor(ds.y_train[tr]),
+            x_test=self._view(ds.x_train[te], d), y_test=torch.tensor(ds.y_train[te]),
+            num_classes=ds.num_classes, domain=d,
+        )
+        if with_global_test:
+            data.global_x_test = self._view(ds.x_test, d)
+            data.global_y_test = torch.tensor(ds.y_test)
+        return data

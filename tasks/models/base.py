@@ -1,0 +1,66 @@
+"""The model contract every method relies on: a feature extractor and a linear classifier, apart.
+
+`forward(x) == classifier(features(x))`. `features` returns the penultimate features h (dimension
+`feature_dim`); `classifier` is the last linear layer (FedFA calibrates it alone, FedNH replaces it with
+prototypes, FedSA keeps it private).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from tasks.registry import Registry
+
+
+class FLModel(nn.Module):
+    feature_dim: int
+    num_classes: int
+    classifier: nn.Linear
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+    def extractor_parameters(self) -> list[nn.Parameter]:
+        head = {id(p) for p in self.classifier.parameters()}
+        return [p for p in self.parameters() if id(p) not in head]
+
+
+class ModelParams(BaseModel):
+    """A model's own options in the config; subclasses add fields. Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    build: Any  # (input_shape, num_classes, params) -> FLModel
+    params: type[ModelParams]
+    input_shapes: tuple[tuple[int, ...], ...] | None = None  # None: any input shape
+
+
+MODELS: Registry[ModelEntry] = Registry("model")
+
+
+def register_model(name: str, params: type[ModelParams] = ModelParams, input_shapes=None):
+    def add(build):
+        MODELS.register(name)(ModelEntry(build, params, input_shapes))
+        return build
+
+    return add
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, options: dict | None = None) -> FLModel:
+    """Build a registered model; `options` are validated against its params schema."""
+    entry = MODELS.get(name)
+    params = entry.params(**(options or {}))
+    if entry.input_shapes is not None and tuple(input_shape) not in entry.input_shapes:
+        allowed = " or ".join("x".join(map(str, s)) for s in entry.input_shapes)
+        raise ValueError(f"model {name!r} takes inputs of shape {allowed}, the data has {'x'.join(map(str, input_shape))}")
+    return entry.build(tuple(input_shape), num_classes, params)

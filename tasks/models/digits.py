@@ -1,0 +1,73 @@
+"""Small models sized for 8×8 digits (and any flat input): an MLP and a CNN.
+
+The MLP is the reproduction model of specs/fedfa.md §11 (64 → 128 → 64, ReLU) with configurable widths,
+so the other specs' digits protocols (fedfm.md §12: 64 → 64 → 32; fednh.md §12; feddebias.md §10.2) are
+the same model with other `hidden` / `feature_dim`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from tasks.models.base import FLModel, ModelParams, register_model
+
+
+class MLPParams(ModelParams):
+    hidden: list[int] = [128]
+    feature_dim: int = 64
+    final_relu: bool = True  # ReLU after the feature layer (FedNH's positive-orthant flag)
+    classifier_bias: bool = True
+
+
+class MLP(FLModel):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: MLPParams):
+        super().__init__()
+        widths = [math.prod(input_shape), *params.hidden, params.feature_dim]
+        layers: list[nn.Module] = [nn.Flatten()]
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(widths) - 2 or params.final_relu:
+                layers.append(nn.ReLU())
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = params.feature_dim
+        self.num_classes = num_classes
+        self.classifier = nn.Linear(params.feature_dim, num_classes, bias=params.classifier_bias)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class DigitsCNNParams(ModelParams):
+    channels: list[int] = [16, 32]
+    feature_dim: int = 64
+    classifier_bias: bool = True
+
+
+class DigitsCNN(FLModel):
+    """Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-MaxPool2 → FC-ReLU = h → FC (specs/fedfa.md §11)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: DigitsCNNParams):
+        super().__init__()
+        c, h, w = input_shape if len(input_shape) == 3 else (1, *input_shape)
+        self._shape = (c, h, w)
+        convs: list[nn.Module] = []
+        in_ch = c
+        for out_ch in params.channels:
+            convs += [nn.Conv2d(in_ch, out_ch, 3, padding=1), nn.ReLU()]
+            in_ch = out_ch
+        convs.append(nn.MaxPool2d(2))
+        self.conv = nn.Sequential(*convs)
+        flat = in_ch * (h // 2) * (w // 2)
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, params.feature_dim), nn.ReLU())
+        self.feature_dim = params.feature_dim
+        self.num_classes = num_classes
+        self.classifier = nn.Linear(params.feature_dim, num_classes, bias=params.classifier_bias)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x.reshape(-1, *self._shape)))
+
+
+register_model("mlp", MLPParams)(MLP)
+register_model("digits_cnn", DigitsCNNParams)(DigitsCNN)

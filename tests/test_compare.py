@@ -1,0 +1,68 @@
+"""`mooring compare` and the claims rule: same partition per seed, tables, plots, nested MLflow runs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from orchestrator.config import ClaimCheck, load_config
+from pipelines.claims import paired_verdict
+from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
+
+
+def test_metric_aggregations_by_hand():
+    history = [{"round": r, "accuracy": a} for r, a in enumerate([0.1, 0.5, 0.3, 0.9, 0.2, 0.4, 0.6], 1)]
+    assert aggregate_metric(history, "accuracy:final") == 0.6
+    assert aggregate_metric(history, "accuracy:best") == 0.9
+    assert aggregate_metric(history, "accuracy:last5") == pytest.approx((0.3 + 0.9 + 0.2 + 0.4 + 0.6) / 5)
+    assert aggregate_metric(history, "accuracy:top5") == pytest.approx((0.9 + 0.6 + 0.5 + 0.4 + 0.3) / 5)
+    assert aggregate_metric(history, "personalized_accuracy:final") is None
+
+
+def comparison(method_finals, baseline_finals):
+    comp = Comparison()
+    for name, finals in (("m", method_finals), ("b", baseline_finals)):
+        comp.histories[name] = {seed: [{"round": 1, "accuracy": v}] for seed, v in enumerate(finals)}
+    return comp
+
+
+def test_paired_rule_counts_wins_and_tests_the_mean_difference():
+    check = ClaimCheck(statement="m beats b", method="m", baseline="b", max_p=0.1)
+    v = paired_verdict(check, comparison([0.8, 0.7, 0.9, 0.6, 0.75], [0.7, 0.72, 0.8, 0.5, 0.7]), "accuracy:final")
+    assert v.wins == 4 and v.needed_wins == 4
+    assert v.diffs == pytest.approx([0.1, -0.02, 0.1, 0.1, 0.05])
+    from scipy.stats import ttest_1samp
+
+    assert v.p_value == pytest.approx(ttest_1samp(v.diffs, 0, alternative="greater").pvalue)
+    assert v.holds
+    harm = ClaimCheck(statement="m hurts", method="m", baseline="b", expect="worse")
+    assert not paired_verdict(harm, comparison([0.8, 0.7, 0.9], [0.7, 0.72, 0.8]), "accuracy:final").holds
+    three_of_five = comparison([0.8, 0.7, 0.9, 0.6, 0.6], [0.7, 0.72, 0.8, 0.5, 0.7])
+    assert not paired_verdict(ClaimCheck(statement="", method="m", baseline="b"), three_of_five, "accuracy:final").holds
+
+
+@pytest.mark.ray
+def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    base = load_config("configs/default.yaml", workdir + ["train.rounds=3", "data.num_clients=6"])
+    variants = {"fedavg": {"algorithm.name": "fedavg"}, "fedprox": {"algorithm.name": "fedprox"},
+                "local": {"algorithm.name": "local"}}
+    comp = compare(base, variants, [0, 1], tmp_path / "out", echo=lambda s: None)
+    assert [(r["variant"], r["seed"]) for r in comp.rows] == [(v, s) for s in (0, 1) for v in variants]
+    table = {row["variant"]: row for row in summary_table(comp)}
+    finals = [r["final_accuracy"] for r in comp.rows if r["variant"] == "fedprox"]
+    assert table["fedprox"]["mean"] == pytest.approx(np.mean(finals))
+    assert table["fedprox"]["std"] == pytest.approx(np.std(finals))
+    for name in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "accuracy.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert set(json.loads((tmp_path / "out" / "histories.json").read_text())) == set(variants)
+    client = MlflowClient(tracking_uri=base.tracking.uri)
+    runs = [client.get_run(r["mlflow_run_id"]) for r in comp.rows]
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {comp.parent_run_id}
+    for seed in (0, 1):
+        hashes = {r.data.tags["partition_hash"] for r, row in zip(runs, comp.rows) if row["seed"] == seed}
+        assert len(hashes) == 1  # every method of a seed saw exactly the same partition
+    parent = {a.path for a in client.list_artifacts(comp.parent_run_id)}
+    assert {"runs.csv", "summary.csv", "accuracy.png"} <= parent

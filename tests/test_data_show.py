@@ -1,0 +1,38 @@
+"""`mooring data show`: each client's class histogram, as text and as a PNG heat map."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+
+
+def test_data_show_prints_every_client_and_saves_the_heatmap(tmp_path):
+    png = tmp_path / "hist.png"
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "data", "show", "configs/default.yaml",
+                          "--set", f"data.partitions_dir={tmp_path}", "--png", str(png)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}"])
+    data = prepare_data(cfg)
+    hist = data.partition.class_histogram(data.dataset.y_train, 10)
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert len(rows) == 10
+    for c, row in enumerate(rows):
+        assert int(row[0]) == c and int(row[1]) == len(data.partition.train[c])
+        assert np.array_equal(np.array(row[4:], dtype=int), hist[c])
+    assert f"hash {data.partition_hash}" in out.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_dataset_directory_is_one_line_exit_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "data", "show", "configs/default.yaml",
+                          "--set", "data.dataset=mnist", "--set", f"data.root={tmp_path}"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"error: mnist: no data in {tmp_path}/MNIST/raw; expected train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+        "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (or set data.download: true)"]

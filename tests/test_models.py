@@ -1,0 +1,187 @@
+"""Every registered model keeps the FLModel contract; the papers' models have the specs' layer sizes."""
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+from torch import nn
+
+from tasks.models import MODELS, build_model
+from tasks.models.family import MODEL_FAMILIES, family_member
+
+NUM_CLASSES = 10
+IMAGE_MODELS_SHAPE = {"mixed_digits_cnn": (3, 28, 28), "resnet18_gn": (3, 32, 32), "vgg11": (3, 32, 32)}
+TAKES_ANY_SHAPE = {"mlp"}
+
+
+def valid_shape(name: str) -> tuple[int, ...]:
+    entry = MODELS.get(name)
+    if entry.input_shapes is not None:
+        return entry.input_shapes[0]
+    if name in IMAGE_MODELS_SHAPE:
+        return IMAGE_MODELS_SHAPE[name]
+    return (3, 32, 32) if name.startswith("htfe_") else (1, 8, 8)
+
+
+def build(name: str, shape: tuple[int, ...] | None = None, **options) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(name, shape or valid_shape(name), NUM_CLASSES, options)
+
+
+def batch(shape: tuple[int, ...], size: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(size, *shape, generator=gen), torch.arange(size) % NUM_CLASSES
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_output_and_feature_shapes(name):
+    model = build(name).eval()
+    x, _ = batch(valid_shape(name))
+    with torch.no_grad():
+        assert model(x).shape == (4, NUM_CLASSES)
+        assert model.features(x).shape == (4, model.feature_dim)
+    assert model.num_classes == NUM_CLASSES
+    assert model.classifier.in_features == model.feature_dim
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_forward_is_classifier_of_features(name):
+    model = build(name).eval()
+    x, _ = batch(valid_shape(name))
+    with torch.no_grad():
+        assert torch.allclose(model(x), model.classifier(model.features(x)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_extractor_parameters_exclude_classifier(name):
+    model = build(name)
+    extractor = {id(p) for p in model.extractor_parameters()}
+    head = {id(p) for p in model.classifier.parameters()}
+    assert extractor and not extractor & head
+    assert len(extractor) + len(head) == len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_unknown_params_are_rejected(name):
+    with pytest.raises(ValidationError):
+        build(name, no_such_option=1)
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS.names()) - TAKES_ANY_SHAPE))
+def test_unsupported_input_shape_raises(name):
+    with pytest.raises(ValueError):
+        build(name, (64,))
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_sgd_steps_lower_the_loss(name):
+    model = build(name).train()
+    x, y = batch(valid_shape(name))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(4):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+# --- the papers' layer sizes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("shape", "flat", "channels"), [((1, 28, 28), 512, 32), ((3, 32, 32), 1600, 64)])
+def test_acar_cnn_has_the_code_sizes(shape, flat, channels):
+    model = build("acar_cnn", shape)
+    assert model.conv[0].out_channels == channels
+    assert model.fc[0].in_features == flat and model.fc[0].out_features == 384
+    assert model.feature_dim == 192
+
+
+def test_acar_cnn_takes_only_its_two_shapes():
+    with pytest.raises(ValueError):
+        build("acar_cnn", (3, 28, 28))
+
+
+def test_mixed_digits_cnn_sizes_and_norms():
+    plain = build("mixed_digits_cnn")
+    assert plain.fc[0].in_features == 6272 and plain.feature_dim == 512
+    assert not any(isinstance(m, nn.BatchNorm2d | nn.GroupNorm) for m in plain.modules())
+    fedbn = build("mixed_digits_cnn", norm="batch")
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in fedbn.modules()) == 3
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in fedbn.modules()) == 2
+
+
+def test_resnet18_gn_projector_is_optional():
+    with_projector = build("resnet18_gn", width=8)
+    assert with_projector.feature_dim == 256
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in with_projector.modules())
+    without = build("resnet18_gn", width=8, projector=False)
+    assert without.feature_dim == 64
+    with pytest.raises(ValidationError):
+        build("resnet18_gn", projector=False, feature_dim=256)
+
+
+def test_vgg11_has_eight_convs_and_optional_batch_norm():
+    model = build("vgg11", width=8)
+    assert sum(isinstance(m, nn.Conv2d) for m in model.modules()) == 8
+    assert model.feature_dim == 64
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in build("vgg11", width=8, batch_norm=True).modules()) == 8
+
+
+def test_groupnorm_cnn_checks_groups():
+    assert build("groupnorm_cnn", channels=[64, 128, 128, 128]).feature_dim == 128
+    with pytest.raises(ValidationError):
+        build("groupnorm_cnn", channels=[12, 32])
+
+
+# --- families ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(MODEL_FAMILIES))
+@pytest.mark.parametrize("feature_dim", [None, 32])
+def test_family_members_share_feature_dim_and_differ(family, feature_dim):
+    options = {} if feature_dim is None else {"feature_dim": feature_dim}
+    members = [build(name, **options) for name in MODEL_FAMILIES[family]]
+    assert len(members) >= 4
+    assert {m.feature_dim for m in members} == {feature_dim or 64}
+    assert len({param_count(m) for m in members}) == len(members)
+
+
+@pytest.mark.parametrize("family", sorted(MODEL_FAMILIES))
+def test_family_features_are_post_relu(family):
+    for name in MODEL_FAMILIES[family]:
+        x, _ = batch(valid_shape(name))
+        with torch.no_grad():
+            assert (build(name).eval().features(x) >= 0).all(), name
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (1, 10, 10), (1, 28, 28)])
+def test_digits_family_takes_padded_inputs(shape):
+    for name in MODEL_FAMILIES["fedsa_digits"]:
+        x, _ = batch(shape)
+        assert build(name, shape)(x).shape == (4, NUM_CLASSES)
+
+
+def test_htfe_family_takes_grey_28x28():
+    for name in MODEL_FAMILIES["htfe"]:
+        x, _ = batch((1, 28, 28), size=2)
+        assert build(name, (1, 28, 28))(x).shape == (2, NUM_CLASSES)
+
+
+def test_htfe_rejects_feature_dim_wider_than_backbone():
+    with pytest.raises(ValueError):
+        build("htfe_resnet10", feature_dim=256)  # width 16 → backbone 128 wide
+
+
+def test_family_member_cycles_through_members():
+    digits = MODEL_FAMILIES["fedsa_digits"]
+    assert [family_member("fedsa_digits", i) for i in range(5)] == [*digits, digits[0]]
+    assert all(name in MODELS for names in MODEL_FAMILIES.values() for name in names)
+    with pytest.raises(KeyError):
+        family_member("no_such_family", 0)

@@ -1,0 +1,157 @@
+"""The Ray runtime for real: client actors, the coordinator, MLflow, checkpoints, resume, faults."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+from orchestrator.federation import run_in_process
+from orchestrator.run import run_experiment
+
+pytestmark = pytest.mark.ray
+FAST = ["train.rounds=4", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2"]
+
+
+def deterministic(history):
+    return [{k: v for k, v in m.items() if k != "seconds"} for m in history]
+
+
+def test_same_history_whatever_the_number_of_actors_and_in_process(ray_session, workdir):
+    one = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=1"]), progress=False)
+    three = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=3", "resources.cpus_per_actor=0.5"]),
+                           progress=False)
+    assert one.history == three.history
+    assert one.history[-1]["accuracy"] > 0.1
+    cfg = load_config("configs/default.yaml", FAST + workdir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert run_in_process(cfg, prepare_data(cfg)) == one.history
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=local", "resources.num_actors=2"])
+    full = run_experiment(cfg, progress=False)
+    stopped = run_experiment(cfg, progress=False, stop_after=2)
+    assert stopped.rounds == 2
+    resumed = run_experiment(cfg, progress=False, resume_dir=stopped.run_dir)
+    assert resumed.history == full.history  # Local's per-client models came back from the checkpoint
+
+
+def test_mlflow_holds_params_metrics_tags_and_artifacts(ray_session, workdir):
+    from mlflow.tracking import MlflowClient
+
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=fedprox"])
+    result = run_experiment(cfg, progress=False)
+    client = MlflowClient(tracking_uri=cfg.tracking.uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm.fedprox.mu"] == "0.01"  # the paper default, resolved
+    assert run.data.params["train.rounds"] == "4" and run.data.params["algorithm.name"] == "fedprox"
+    assert run.data.tags["algorithm"] == "fedprox" and run.data.tags["seed"] == "0"
+    assert len(run.data.tags["partition_hash"]) == 16
+    acc = client.get_metric_history(result.mlflow_run_id, "accuracy")
+    assert [m.step for m in acc] == [1, 2, 3, 4]
+    assert [m.value for m in acc] == [h["accuracy"] for h in result.history]
+    artifacts = {a.path for a in client.list_artifacts(result.mlflow_run_id)}
+    assert {"config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl"} <= artifacts
+
+
+def test_unreachable_tracking_server_warns_once_and_the_run_goes_on(ray_session, workdir, capsys, tmp_path):
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["tracking.uri=http://127.0.0.1:9"])
+    result = run_experiment(cfg, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("warning: MLflow tracking off") == 1 and "unreachable" in err
+    assert result.mlflow_run_id is None and result.rounds == 4
+    lines = open(os.path.join(result.run_dir, "metrics.jsonl")).read().splitlines()
+    assert [json.loads(line)["round"] for line in lines] == [1, 2, 3, 4]
+
+
+def test_a_killed_client_actor_is_restarted_and_its_clients_retried(ray_session, workdir):
+    import ray
+
+    from orchestrator.actors import CoordinatorActor
+
+    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "train.local_epochs=20",
+                                                         "resources.num_actors=2", "train.rounds=3"])
+    data_ref = ray.put(prepare_data(cfg))
+    run_dir = str(cfg.checkpoint.dir) + "/kill"
+    coordinator = CoordinatorActor.remote(cfg, [data_ref], 2, run_dir)
+    victim = ray.get(coordinator.actor_info.remote())[1]["pid"]
+    in_flight = coordinator.run_round.remote()
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    first = ray.get(in_flight)
+    rest = [ray.get(coordinator.run_round.remote()) for _ in range(2)]
+    info = ray.get(coordinator.actor_info.remote())
+    assert info[1]["pid"] != victim  # restarted
+    for m in [first, *rest]:
+        assert m["clients"] == 4 and m["clients_failed"] == 0  # every client retried once and done
+        assert m["accuracy"] > 0.1
+    ray.kill(coordinator)
+
+
+def cli(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+
+
+def test_bad_address_is_one_clear_line():
+    out = cli("run", "configs/default.yaml", "--address", "127.0.0.1:9")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: --address 127.0.0.1:9: no Ray cluster reachable there (Connection refused); start one with "
+        "`ray start --head` or leave out --address for a local one"]
+
+
+def test_run_cli_output_json(tmp_path):
+    path = tmp_path / "result.json"
+    overrides = [f"--set={o}" for o in FAST + [f"checkpoint.dir={tmp_path}/runs", f"data.partitions_dir={tmp_path}/p",
+                                               f"tracking.uri=sqlite:///{tmp_path}/m.db", "algorithm.name=local"]]
+    out = cli("run", "configs/default.yaml", *overrides, "--output-json", str(path), "--quiet")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(path.read_text())
+    assert {"final_accuracy", "best_accuracy", "personalized_accuracy", "rounds", "wall_seconds", "mlflow_run_id",
+            "history"} <= set(result)
+    assert result["rounds"] == 4 and len(result["history"]) == 4
+    for key in ("final_accuracy", "best_accuracy", "personalized_accuracy"):
+        assert 0.0 <= result[key] <= 1.0
+    assert result["best_accuracy"] >= result["final_accuracy"]
+    assert "MLflow run" in out.stdout and result["mlflow_run_id"] in out.stdout
+
+
+def test_more_actors_than_the_cluster_holds_is_refused_up_front(ray_session, workdir):
+    from orchestrator.run import RunError
+
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=5"])
+    with pytest.raises(RunError, match=r"resources.num_actors = 5 × 1 CPU per actor needs 5 CPUs; the Ray cluster has 2"):
+        run_experiment(cfg, progress=False)
+
+
+def test_a_dead_coordinator_leaves_a_checkpoint_to_resume_from(ray_session, workdir):
+    import ray
+
+    from orchestrator.run import RunError, coordinator_name
+
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=2"])
+    full = run_experiment(cfg, progress=False)
+    run_dir = os.path.join(cfg.checkpoint.dir, "killed")
+
+    def kill_coordinator_after_round_2(metrics):
+        if metrics["round"] == 2:
+            os.kill(ray.get(ray.get_actor(coordinator_name(run_dir)).pid.remote()), signal.SIGKILL)
+
+    with pytest.raises(RunError, match=r"the coordinator died after round 2 .*continue with `mooring run --resume"):
+        run_experiment(cfg, progress=False, on_round=kill_coordinator_after_round_2, run_dir=run_dir)
+    resumed = run_experiment(cfg, progress=False, resume_dir=run_dir)
+    assert resumed.history == full.history

@@ -1,0 +1,229 @@
+"""`mooring submit` and `mooring jobs` without a cluster: argument parsing, what the job would run and upload,
+the refusal of paths only the head node would see, the token's sources, and one-line failures.
+(tests/test_cluster_multinode.py submits to a real cluster.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator import cluster
+from orchestrator.cli import build_parser, main
+from orchestrator.run import RunError
+from tests.cluster_fixture import ROOT, free_port
+
+SHARED = ["--set", "tracking.uri=http://mlflow:5000", "--set", "checkpoint.dir=s3://bucket/runs",
+          "--set", "data.partitions_dir=/shared/partitions"]
+
+
+def parse(*argv: str):
+    parser, _ = build_parser()
+    return parser.parse_args(["submit", *argv])
+
+
+def submit_main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["submit", "--address", f"http://127.0.0.1:{free_port()}", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -------------------------------------------------------------------------------------------- parsing
+def test_options_before_the_pipeline_and_its_arguments_after():
+    args = parse("--address", "http://head:8265", "--follow", "--token-file", "t", "--",
+                 "run", "configs/default.yaml", "--set", "train.rounds=2", "--quiet")
+    assert (args.address, args.follow, args.no_wait, args.token_file) == ("http://head:8265", True, False, "t")
+    assert args.pipeline == "run"
+    assert args.args == ["configs/default.yaml", "--set", "train.rounds=2", "--quiet"]
+
+
+@pytest.mark.parametrize("argv", [["--follow", "--no-wait", "--", "run", "c.yaml"], ["--", "train", "c.yaml"]])
+def test_conflicting_modes_and_unknown_pipelines_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(*argv)
+    assert exit_info.value.code == 2
+
+
+def test_pipeline_arguments_are_checked_by_the_pipeline_parser_before_submitting(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["submit", "--", "run", "configs/default.yaml", "--no-such-option"])
+    assert exit_info.value.code == 2
+    assert "mooring submit -- run: error: unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_an_address_for_the_pipeline_itself_is_refused(capsys):
+    code, _, err = submit_main(capsys, "--", "run", "configs/default.yaml", "--address", "10.0.0.1:6379", *SHARED)
+    assert code == 2
+    assert err.startswith("error: --address after `run`: the job runs on the cluster it is submitted to")
+
+
+def test_jobs_subcommands_parse():
+    parser, _ = build_parser()
+    args = parser.parse_args(["jobs", "logs", "raysubmit_1", "--follow", "--address", "http://h:8265"])
+    assert (args.action, args.job_id, args.follow, args.address) == ("logs", "raysubmit_1", True, "http://h:8265")
+    assert parser.parse_args(["jobs", "list"]).action == "list"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["jobs", "stop"])  # the id is required
+
+
+# ------------------------------------------------------------------------------------ what the job runs
+def test_entrypoint_quotes_arguments_but_leaves_env_references_to_the_head_shell(tmp_path):
+    args = ["configs/sweeps/x.yaml", "--storage", "$MOORING_OPTUNA_STORAGE", "--set", "name=two words",
+            "--set", "tracking.uri=${MLFLOW_TRACKING_URI}", "--set", "name=$(touch pwned)"]
+    line = cluster.entrypoint("sweep", args)
+    assert line == ("python -m orchestrator.cli sweep configs/sweeps/x.yaml --storage \"$MOORING_OPTUNA_STORAGE\" "
+                    "--set 'name=two words' --set \"tracking.uri=${MLFLOW_TRACKING_URI}\" --set 'name=$(touch pwned)'")
+    words = line.removeprefix("python -m orchestrator.cli ")
+    env = {"PATH": os.environ["PATH"], "MOORING_OPTUNA_STORAGE": "postgresql://u:p@db/optuna",
+           "MLFLOW_TRACKING_URI": "http://mlflow:5000"}
+    shown = subprocess.run(["bash", "-c", f"printf '%s\\n' {words}"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert shown == ["sweep", "configs/sweeps/x.yaml", "--storage", "postgresql://u:p@db/optuna", "--set",
+                     "name=two words", "--set", "tracking.uri=http://mlflow:5000", "--set", "name=$(touch pwned)"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_upload_leaves_out_outputs_and_data_but_not_the_tasks_data_package():
+    from ray._private.runtime_env.packaging import _get_excludes  # how Ray applies `excludes` when packaging
+
+    excluded = _get_excludes(ROOT, cluster.runtime_env(ROOT)["excludes"])
+    for left_out in (".venv/bin/python", ".git/HEAD", "runs/r1/result.json", "mlruns/0/meta.yaml", "data/MNIST/x",
+                     "results/compare/runs.csv", "mlflow.db", "optuna.db", "orchestrator/__pycache__/cli.cpython-311.pyc",
+                     ".mooring/partitions/p.parquet", "mooring.egg-info/PKG-INFO"):
+        assert excluded(ROOT / left_out), left_out
+    for kept in ("tasks/data/datasets.py", "orchestrator/cli.py", "configs/default.yaml", "pyproject.toml",
+                 "tests/runs_helper.py", "pipelines/results.py"):
+        assert not excluded(ROOT / kept), kept
+    assert cluster.runtime_env(ROOT)["working_dir"] == str(ROOT)
+
+
+# ------------------------------------------------------------------------------- paths only one node sees
+def test_relative_local_paths_are_refused_in_one_line(capsys):
+    code, out, err = submit_main(capsys, "--", "run", "configs/default.yaml", "--set", "tracking.uri=sqlite:///mlflow.db")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("error: on a cluster these would stay on the head node, out of reach of the other nodes "
+                          "and of you: tracking.uri = 'sqlite:///mlflow.db'; checkpoint.dir = 'runs'; "
+                          "data.partitions_dir = '.mooring/partitions'. Use shared locations")
+    assert err.rstrip().endswith("or pass --allow-local-paths for a single-node cluster")
+
+
+def test_allow_local_paths_skips_the_check(capsys):
+    code, _, err = submit_main(capsys, "--allow-local-paths", "--", "run", "configs/default.yaml")
+    assert code == 1
+    assert err.startswith("error: no Ray cluster reachable at http://127.0.0.1:")  # it got as far as the cluster
+
+
+def test_a_sweep_needs_a_storage_every_node_reaches(capsys):
+    base = ["--", "sweep", "configs/sweeps/fedfa_digits.yaml", *SHARED]
+    _, _, err = submit_main(capsys, *base)
+    assert "head node, out of reach of the other nodes and of you: --storage is not set (a local SQLite file)." in err
+    _, _, err = submit_main(capsys, *base, "--storage", "sqlite:///optuna.db")
+    assert "of you: --storage 'sqlite:///optuna.db'." in err
+    for shared in ("postgresql://mooring@db:5432/optuna", "sqlite:////shared/optuna.db", "$MOORING_OPTUNA_STORAGE"):
+        _, _, err = submit_main(capsys, *base, "--storage", shared)
+        assert err.startswith("error: no Ray cluster reachable"), shared
+
+
+def test_tracking_uris_and_paths_other_nodes_can_reach():
+    from orchestrator.config import load_config
+
+    def problems(*overrides: str, storage: str | None = "postgresql://db/optuna") -> list[str]:
+        cfg = load_config("configs/default.yaml", ["checkpoint.dir=/shared/runs", "data.partitions_dir=s3://b/p",
+                                                   *overrides])
+        return cluster.local_path_problems([cfg], storage, needs_storage=True)
+
+    for fine in ("http://mlflow:5000", "https://mlflow.example.org", "postgresql://u@db/mlflow",
+                 "sqlite:////shared/mlflow.db", "file:///shared/mlruns", "$MLFLOW_TRACKING_URI", "databricks"):
+        assert problems(f"tracking.uri={fine}") == [], fine
+    assert problems("tracking.enabled=false") == []
+    assert problems() == ["tracking.uri is not set (MLflow's default local store)"]
+    assert problems("tracking.uri=mlruns") == ["tracking.uri = 'mlruns'"]
+    assert problems("tracking.uri=sqlite:///mlflow.db", "checkpoint.dir=runs", storage="optuna.db") == [
+        "tracking.uri = 'sqlite:///mlflow.db'", "checkpoint.dir = 'runs'", "--storage 'optuna.db'"]
+    assert problems("tracking.uri=http://m:5000", "checkpoint.dir=${SHARED}/runs") == []
+
+
+def test_the_config_must_be_a_project_path_and_submit_runs_from_the_project(tmp_path, monkeypatch, capsys):
+    code, _, err = submit_main(capsys, "--", "compare", str(ROOT / "configs/default.yaml"), *SHARED)
+    assert code == 1
+    assert err.startswith(f"error: {ROOT / 'configs/default.yaml'}: give the config as a path inside the project")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = submit_main(capsys, "--", "run", "configs/default.yaml", *SHARED)
+    assert code == 1
+    assert err.strip() == (f"error: run mooring submit from the project directory {ROOT}: it becomes the job's "
+                           "working directory, and config paths must mean the same there")
+
+
+# ------------------------------------------------------------------------------------ address and token
+def test_an_unreachable_cluster_is_one_line_and_exit_1():
+    port = free_port()
+    result = subprocess.run([sys.executable, "-m", "orchestrator.cli", "submit", "--address", f"http://127.0.0.1:{port}",
+                             "--", "run", "configs/default.yaml", *SHARED],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == (f"error: no Ray cluster reachable at http://127.0.0.1:{port}; start one with "
+                             "`ray start --head` or give its dashboard with --address (or RAY_ADDRESS)\n")
+
+
+def test_the_address_comes_from_the_option_then_the_environment(monkeypatch):
+    for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    assert cluster.dashboard_address(None) == "http://127.0.0.1:8265"
+    monkeypatch.setenv("RAY_ADDRESS", "head:8265")
+    assert cluster.dashboard_address(None) == "http://head:8265"
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "https://ray.example.org/")
+    assert cluster.dashboard_address(None) == "https://ray.example.org"
+    assert cluster.dashboard_address("http://other:8265") == "http://other:8265"
+    with pytest.raises(RunError, match="expected the dashboard's URL"):
+        cluster.dashboard_address("ray://head:10001")
+
+
+def test_the_token_comes_from_the_file_then_ray_s_own_places(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    assert cluster.auth_token(None) is None
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("home-token\n")
+    assert cluster.auth_token(None) == "home-token"
+    (tmp_path / "path-token").write_text("path-token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "path-token"))
+    assert cluster.auth_token(None) == "path-token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "env-token")
+    assert cluster.auth_token(None) == "env-token"
+    (tmp_path / "file-token").write_text("  file-token  \n")
+    assert cluster.auth_token(str(tmp_path / "file-token")) == "file-token"
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(RunError, match=r"--token-file .*empty: the file is empty"):
+        cluster.auth_token(str(tmp_path / "empty"))
+    with pytest.raises(RunError, match=r"--token-file .*missing: cannot read the token"):
+        cluster.auth_token(str(tmp_path / "missing"))
+
+
+def test_a_failed_job_is_one_line_naming_its_logs():
+    from orchestrator.commands.submit import report_outcome
+
+    class FinishedJob:
+        url = "http://head:8265"
+
+        def __init__(self, status: str):
+            self.status = status
+
+        def outcome(self, job_id):
+            return self.status, "Job entrypoint command failed with exit code 1, last available logs"
+
+    assert report_outcome(FinishedJob("SUCCEEDED"), "raysubmit_1") == 0
+    with pytest.raises(RunError) as failed:
+        report_outcome(FinishedJob("FAILED"), "raysubmit_1")
+    assert str(failed.value) == ("job raysubmit_1 failed: Job entrypoint command failed with exit code 1, last "
+                                 "available logs; see `mooring jobs logs raysubmit_1 --address http://head:8265`")
+
+
+def test_the_commands_stay_light_to_import():
+    code = ("import sys, orchestrator.commands.submit, orchestrator.commands.jobs, orchestrator.cluster; "
+            "print(' '.join(m for m in ('ray', 'torch', 'mlflow', 'orchestrator.run') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == ""

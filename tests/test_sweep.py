@@ -1,0 +1,287 @@
+"""`mooring sweep`: Optuna trials on the shared Ray instance, with real SQLite storage and a real MLflow store.
+
+One small sweep (run once for the module) has trials whose fate is fixed by enqueued parameters: two identical
+good trials complete, a partition that cannot exist fails, a learning rate too small to learn is pruned by the
+median pruner after round 1, and one so large that the loss turns NaN is pruned as diverged. A second sweep is
+killed part-way (SIGKILL on its driver) and resumed. Bad sweep files are refused in one line, before any Ray.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import cli
+from orchestrator.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "configs" / "default.yaml"
+TINY = {"train.rounds": 3, "data.num_clients": 5, "data.partition.alpha": 1.0, "data.partition.min_size": 5,
+        "train.optimizer.lr": 0.3, "train.local_epochs": 1, "checkpoint.every": 0}
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory) -> str:
+    """One MLflow SQLite store for the module, its tables made once (that takes seconds)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return uri
+
+
+def write_sweep(directory: Path, mlflow_uri: str, name: str, **fields) -> Path:
+    overrides = {**TINY, "checkpoint.dir": str(directory / "runs"), "data.partitions_dir": str(directory / "parts"),
+                 "tracking.uri": mlflow_uri, **fields.pop("overrides", {})}
+    body = {"base": str(DEFAULT), "overrides": overrides, "storage": f"sqlite:///{directory / 'optuna.db'}", **fields}
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def mooring(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def load_study(path: Path, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path.parent / 'optuna.db'}")
+
+
+# --------------------------------------------------------------------------------------- the small sweep
+GOOD = {"train.optimizer.lr": 0.3, "data.partition.min_size": 5}
+FATES = [GOOD, GOOD,
+         {"train.optimizer.lr": 0.3, "data.partition.min_size": 1000},  # 5 × 1000 > the digits: PartitionError
+         {"train.optimizer.lr": 1e-5, "data.partition.min_size": 5},  # learns nothing: below the median
+         {"train.optimizer.lr": 1e6, "data.partition.min_size": 5}]  # NaN loss
+
+
+@pytest.fixture(scope="module")
+def small_sweep(ray_session, tmp_path_factory, mlflow_uri):
+    directory = tmp_path_factory.mktemp("small")
+    path = write_sweep(directory, mlflow_uri, "small",
+                       params={"train.optimizer.lr": {"type": "categorical", "choices": [0.3, 1e-5, 1e6]},
+                               "data.partition.min_size": {"type": "categorical", "choices": [5, 1000]}},
+                       enqueue=FATES, n_trials=4, parallel=2, sampler={"name": "random", "seed": 0},
+                       # one complete trial is enough to judge: trial 3 starts only after one of 0 and 1 is complete
+                       pruner={"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0})
+    rc, out, err = mooring("sweep", str(path))
+    assert rc == 0, err
+    return path, load_study(path, "small"), out, err
+
+
+def test_sweep_runs_until_n_trials_are_complete_or_pruned(small_sweep):
+    _, study, out, _ = small_sweep
+    states = {t.number: t.state.name for t in study.trials}
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "FAIL", 3: "PRUNED", 4: "PRUNED"}
+    assert study.trials[0].value == study.trials[1].value  # the same parameters give the same run
+    assert f"best trial 0: accuracy:final = {study.best_value:.6f}" in out
+    assert "2 complete, 2 pruned, 1 failed" in out
+
+
+def test_a_trial_that_cannot_learn_is_pruned_after_its_first_round(small_sweep):
+    _, study, _, err = small_sweep
+    pruned, complete = study.trials[3], study.trials[0]
+    assert list(pruned.intermediate_values) == [1]
+    assert list(complete.intermediate_values) == [1, 2, 3]
+    assert pruned.intermediate_values[1] < complete.intermediate_values[1]
+    assert pruned.user_attrs["rounds"] == 1 and pruned.user_attrs["client_rounds"] == 5
+    assert complete.user_attrs["client_rounds"] == 15
+    assert "pruned after round 1" in pruned.user_attrs["pruned_reason"]
+    assert re.search(r"trial 3 pruned +pruned after round 1", err)
+
+
+def test_failures_are_recorded_with_their_reason_and_the_sweep_goes_on(small_sweep):
+    _, study, _, err = small_sweep
+    failed, diverged = study.trials[2], study.trials[4]
+    assert failed.user_attrs["fail_reason"].startswith("PartitionError: data.partition.min_size = 1000")
+    assert "diverged: train_loss = nan at round 1" == diverged.user_attrs["fail_reason"]
+    assert "trial 2 failed" in err and "PartitionError" in err
+    assert "trial 0 running" in err and "trial 0 complete" in err and "4/4 done" in err
+    assert re.search(r"best \d+\.\d\d% \(trial [01]\)", err)
+
+
+def test_mlflow_has_a_parent_run_with_one_nested_run_per_trial(small_sweep, mlflow_uri):
+    from mlflow.tracking import MlflowClient
+
+    path, study, _, _ = small_sweep
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    parent_id = study.user_attrs["mlflow_parent_run_id"]
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["optuna.study"] == "small"
+    assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
+    assert parent.data.tags["best.train.optimizer.lr"] == "0.3"
+    artifacts = {a.path for a in client.list_artifacts(parent_id)}
+    assert {"trials.csv", "optimization_history.png", "parallel_coordinate.png", "best_config.yaml"} <= artifacts
+    # the two complete trials have the same value: no importances to compute, and the sweep did not mind
+    assert "param_importances.png" not in artifacts
+    nested = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    by_number = {int(r.data.tags["optuna.trial_number"]): r for r in nested}
+    assert sorted(by_number) == [0, 1, 3, 4]  # trial 2 failed before its run started
+    assert {n: r.data.tags["optuna.state"] for n, r in by_number.items()} == {
+        0: "complete", 1: "complete", 3: "pruned", 4: "pruned"}
+    assert by_number[3].info.status == "KILLED"
+    assert by_number[0].data.params["train.optimizer.lr"] == "0.3"
+    history = client.get_metric_history(by_number[0].info.run_id, "accuracy")
+    assert [m.step for m in history] == [1, 2, 3]
+    assert history[-1].value == pytest.approx(study.trials[0].value)
+
+
+def test_best_writes_a_config_that_mooring_run_accepts(small_sweep, tmp_path):
+    path, study, _, _ = small_sweep
+    out_path = tmp_path / "best.yaml"
+    rc, out, err = mooring("sweep", str(path), "--best", "--out", str(out_path))
+    assert rc == 0, err
+    assert out.startswith(f"best trial 0: accuracy:final = {study.best_value:.6f}")
+    cfg = load_config(out_path)
+    assert cfg.train.optimizer.lr == 0.3 and cfg.data.partition.min_size == 5 and cfg.name == "small-best"
+    rc, out, err = mooring("run", str(out_path), "--set", "train.rounds=1", "--quiet")
+    assert rc == 0, err
+    assert "1 rounds" in out
+
+
+# ------------------------------------------------------------------------------------- kill and resume
+def test_a_killed_sweep_resumes_without_losing_finished_trials(ray_session, tmp_path, mlflow_uri):
+    from optuna.storages import RDBStorage
+
+    path = write_sweep(tmp_path, mlflow_uri, "resumed",
+                       params={"train.optimizer.lr": {"type": "categorical", "choices": [0.1, 0.2, 0.3]}},
+                       enqueue=[{"train.optimizer.lr": lr} for lr in (0.3, 0.1, 0.2)],
+                       n_trials=3, parallel=2, pruner={"name": "none"}, sampler={"name": "random", "seed": 0})
+    address = ray_session.get_runtime_context().gcs_address
+    storage = RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", engine_kwargs={"connect_args": {"timeout": 60}})
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", str(path), "--address", address],
+                                  cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            before = wait_for(storage, lambda s: "COMPLETE" in s and "RUNNING" in s, driver, tmp_path / "driver.log")
+        finally:
+            os.kill(driver.pid, signal.SIGKILL)
+            driver.wait()
+    study = load_study(path, "resumed")
+    finished = {t.number: t.value for t in study.trials if t.state.name == "COMPLETE"}
+    stale = {t.number: t.params for t in study.trials if t.state.name == "RUNNING"}
+    assert finished and stale, before
+    parent_id = study.user_attrs["mlflow_parent_run_id"]
+
+    rc, out, err = mooring("sweep", str(path))
+    assert rc == 0, err
+    assert "resuming:" in err
+    study = load_study(path, "resumed")
+    by_number = {t.number: t for t in study.trials}
+    assert {n: by_number[n].value for n in finished} == finished  # nothing finished was lost or rerun
+    retries = {t.user_attrs["retry_of"]: t for t in study.trials if "retry_of" in t.user_attrs}
+    for number, params in stale.items():
+        assert by_number[number].state.name == "FAIL"
+        assert "left RUNNING: its driver" in by_number[number].user_attrs["fail_reason"]
+        assert retries[number].params == params and retries[number].state.name == "COMPLETE"
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 3
+    assert study.user_attrs["mlflow_parent_run_id"] == parent_id  # the same parent run, reused
+
+    from mlflow.tracking import MlflowClient
+
+    artifacts = {a.path for a in MlflowClient(tracking_uri=mlflow_uri).list_artifacts(parent_id)}
+    assert "param_importances.png" in artifacts  # three learning rates, three different values
+
+
+def wait_for(storage, condition, driver: subprocess.Popen, log: Path, timeout: float = 420.0) -> list[str]:
+    """Poll the study's storage until its trial states satisfy `condition`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert driver.poll() is None, f"the sweep driver exited early:\n{log.read_text()[-3000:]}"
+        try:
+            study_id = storage.get_study_id_from_name("resumed")
+            states = [t.state.name for t in storage.get_all_trials(study_id)]
+        except KeyError:  # the study is not created yet
+            states = []
+        if condition(states):
+            return states
+        time.sleep(1.0)
+    raise AssertionError(f"timed out waiting for the sweep; log:\n{log.read_text()[-3000:]}")
+
+
+# ----------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("change, message", [
+    ({"n_trial": 3}, "unknown key 'n_trial'"),
+    ({"params": {"train.optimizer.lr": {"type": "float", "low": 0.5, "high": 0.1}}}, "low = 0.5 must be below high = 0.1"),
+    ({"params": {"train.optimizer.lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}}}, "log scale needs low > 0"),
+    ({"params": {"train.optimizer.lr": {"type": "float", "low": 0.01, "high": 0.1, "grid": [0.5]}}}, "outside"),
+    ({"params": {"train.optimizer.lr": {"type": "uniform", "low": 0.01, "high": 0.1}}}, "params.train.optimizer.lr"),
+    ({"params": {"train.optimzer.lr": {"type": "float", "low": 0.01, "high": 0.1}}}, "unknown key 'train.optimzer'"),
+    ({"params": {"train.optimizer.lr": {"type": "float", "low": -1.0, "high": 0.1}}}, "train.optimizer.lr = -1.0"),
+    ({"params": {"algorithm.fedprox.mu": {"type": "float", "low": 0.01, "high": 0.1}}}, "set `algorithm: fedprox`"),
+    ({"params": {}}, "nothing to search"),
+    ({"algorithm": "fedprox", "enqueue": [{"train.optimizer.lr": 0.1}]}, "enqueue[0]: train.optimizer.lr not searched"),
+    ({"algorithm": "no_such_method"}, "unknown algorithm"),
+    ({"algorithm": "fedprox", "pruner": {"name": "median", "warmup": 2}}, "unknown key 'pruner.median.warmup'"),
+    ({"algorithm": "fedprox", "storage": "postgresql+psycopg2://postgres@127.0.0.1:1/none"}, "cannot open the Optuna storage"),
+    ({"algorithm": "fedprox", "storage": "sqlite:////no/such/dir/optuna.db"}, "cannot open the Optuna storage"),
+])
+def test_bad_sweep_files_fail_in_one_line_with_exit_2(tmp_path, change, message):
+    body = {"base": str(DEFAULT), "overrides": {"checkpoint.dir": str(tmp_path / "runs")},
+            "storage": f"sqlite:///{tmp_path / 'optuna.db'}", **change}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(body))
+    rc, out, err = mooring("sweep", str(path), "--address", "127.0.0.1:1")  # never reached: no Ray is needed
+    assert rc == 2, err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+def test_storage_passwords_are_never_shown():
+    from pipelines.sweep import redacted
+
+    assert redacted("postgresql+psycopg2://me:s3cret@db:5432/optuna") == "postgresql+psycopg2://me:***@db:5432/optuna"
+
+
+def test_best_of_a_study_that_does_not_exist_is_one_line(tmp_path):
+    path = write_sweep(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "never_run", algorithm="fedprox")
+    rc, _, err = mooring("sweep", str(path), "--best")
+    assert rc == 1 and err == f"error: no study 'never_run' in sqlite:///{tmp_path / 'optuna.db'}; run the sweep first\n"
+
+
+# ------------------------------------------------------------------------------------ the sweep files
+SWEEPS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_shipped_sweep_files_load(path):
+    from pipelines.sweep import load_sweep
+    from tasks.algorithms import ALGORITHMS
+
+    named = yaml.safe_load(path.read_text()).get("algorithm")
+    if named is not None and named not in ALGORITHMS:
+        pytest.skip(f"{named} is not registered in this checkout")
+    sweep = load_sweep(path)
+    assert sweep.study_name == path.stem and sweep.storage_url == f"sqlite:///{Path('optuna.db').absolute()}"
+    assert sweep.space and all(p.split(".")[0] in ("algorithm", "data", "train") for p in sweep.space)
+    if named is not None:
+        searchable = ALGORITHMS.get(named).Params.search_space()
+        assert {f"algorithm.{named}.{f}" for f in searchable} <= set(sweep.space)
+
+
+def test_algorithm_shortcut_searches_its_default_ranges_and_grids_are_counted(tmp_path):
+    from pipelines.sweep import load_sweep
+
+    path = write_sweep(tmp_path, "sqlite:///unused.db", "grid", algorithm="fedprox",
+                       params={"data.partition.alpha": {"type": "categorical", "choices": [0.1, 1.0]}},
+                       sampler={"name": "grid", "points": 3})
+    sweep = load_sweep(path)
+    mu = sweep.space["algorithm.fedprox.mu"]
+    assert (mu.type, mu.low, mu.high, mu.log) == ("float", 1e-4, 1.0, True)
+    assert mu.grid_values(3) == [1e-4, 0.01, 1.0]
+    assert sweep.base.algorithm.name == "fedprox" and sweep.n_trials == 3 * 2
+    assert load_sweep(path, n_trials=2, study="other").n_trials == 2
+    assert sweep.base.train.rounds == 3 and load_sweep(path, overrides=["train.rounds=7"]).base.train.rounds == 7

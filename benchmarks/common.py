@@ -10,6 +10,8 @@ import psutil
 def bare_loop_seconds(cfg) -> float:
     """The floor: the same clients, steps, model and data, serially in this process, no Ray, no tracking.
     Only the rounds are timed (data loading and model building are set-up, as they are for Mooring)."""
+    import torch._dynamo  # noqa: F401 - imported by the first optimizer; a client actor imports it at start-up
+
     from orchestrator.datasets import prepare_data
     from orchestrator.federation import run_in_process
 

@@ -28,10 +28,10 @@ def measure(packings=(1, 2, 4, 8)) -> dict[int, float]:
     import ray
 
     from orchestrator.config import load_config
-    from orchestrator.run import run_experiment
+    from orchestrator.run import init_ray, run_experiment
 
     tmp = tempfile.mkdtemp(prefix="mooring-gpu-")
-    ray.init(include_dashboard=False, log_to_driver=False)
+    init_ray(include_dashboard=False, log_to_driver=False)
     rates = {}
     for k in packings:
         cfg = load_config("configs/default.yaml", [o for o in setting(k, tmp) if o != "model.hidden=null"])

@@ -31,12 +31,12 @@ def measure(algorithm: str = "fedavg") -> dict:
     import ray
 
     from orchestrator.config import load_config
-    from orchestrator.run import run_experiment
+    from orchestrator.run import init_ray, run_experiment
 
     tmp = tempfile.mkdtemp(prefix="mooring-scale-")
     out = {"algorithm": algorithm}
     with PeakMemory() as mem:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
         for total in (100, 1000):
             result = run_experiment(load_config("configs/default.yaml", setting(total, algorithm, tmp)), progress=False)
             # the first round pays for lazy client-state creation; the rest are steady state

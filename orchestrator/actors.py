@@ -3,7 +3,9 @@
 The coordinator owns the `Server` (global state and round loop); each client actor owns a `ClientHost`.
 A round puts the payload in the object store once, sends each sampled client to the actor that hosts it
 (sticky assignment), collects updates as they finish, retries a client once if its actor died, and leaves
-out (and counts) a client that fails twice.
+out (and counts) a client that fails twice. Clients of a method that keeps no client state are instead
+balanced over the actors by their local work (see `plan_round`). Each actor gets one call per round with
+all of its clients: a Ray call costs milliseconds, a small client's update not many more.
 """
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from orchestrator import checkpoint as ckpt
-from orchestrator.federation import ClientHost, RoundOutcome, Server
+from orchestrator.federation import ClientHost, RoundOutcome, Server, client_costs
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -25,6 +27,7 @@ class ClientActor:
 
     def __init__(self, cfg, data, client_ids: list[int], run_dir: str, threads: int):
         import torch
+        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
 
         torch.set_num_threads(max(1, threads))
         gpu_ids = ray.get_gpu_ids()
@@ -34,14 +37,19 @@ class ClientActor:
         self.host = ClientHost(cfg, data, client_ids, states, device=device)
         self.gpu_ids = [str(g) for g in gpu_ids]
 
-    def update(self, payload, cid: int, round_idx: int):
-        return self.host.update(payload, cid, round_idx)
-
-    def evaluate(self, payload, cid: int, round_idx: int):
-        return self.host.evaluate(payload, cid, round_idx)
-
-    def setup_contribution(self, _payload, cid: int, _round_idx: int):
-        return self.host.setup_contribution(cid)
+    def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
+        """The host's `method` ("update", "evaluate", "setup_contribution") for each client, in order:
+        ({client: result}, {client: error}). A client that raises fails alone, with its error in one line."""
+        calls = {"update": self.host.update, "evaluate": self.host.evaluate,
+                 "setup_contribution": lambda _payload, cid, _round_idx: self.host.setup_contribution(cid)}
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for cid in cids:
+            try:
+                results[cid] = calls[method](payload, cid, round_idx)
+            except Exception as err:  # noqa: BLE001 - any client failure is reported, never fatal to the actor
+                errors[cid] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return results, errors
 
     def client_states(self) -> dict[int, Any]:
         return self.host.client_states()
@@ -60,6 +68,26 @@ class ClientActor:
 def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
     """Sticky round-robin assignment: client c lives on actor c mod K, for the whole run."""
     return [list(range(a, num_clients, num_actors)) for a in range(num_actors)]
+
+
+def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
+               costs: list[float] | None) -> dict[int, list[int]]:
+    """Which actor trains which of a round's clients: {actor index: client ids}.
+
+    Sticky (costs None, methods with client state): each client on the actor that hosts it. Balanced:
+    largest first, each to the least loaded actor (ties: the lower index); a random draw of 10 clients out
+    of 100 puts 7 on one of two actors as often as not, which would leave one core idle for much of a round."""
+    plan: dict[int, list[int]] = {}
+    if costs is None:
+        for cid in cids:
+            plan.setdefault(owner[cid], []).append(cid)
+        return plan
+    load = [0.0] * num_actors
+    for cid in sorted(cids, key=lambda c: (-costs[c], c)):
+        actor_idx = min(range(num_actors), key=lambda a: (load[a], a))
+        load[actor_idx] += costs[cid]
+        plan.setdefault(actor_idx, []).append(cid)
+    return plan
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -84,6 +112,7 @@ class CoordinatorActor:
             for group in self.groups
         ]
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
+        self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, cfg.train)
         self._await_actors(cfg.resources.actor_start_timeout)
 
     def _await_actors(self, timeout: float) -> None:
@@ -97,26 +126,32 @@ class CoordinatorActor:
                                    "gpus_per_actor)")
 
     def _gather(self, method: str, payload_ref, cids: list[int], round_idx: int) -> tuple[dict[int, Any], list[int]]:
-        """Call `method` for each client on its actor; results as they finish; one retry after an actor death."""
-        pending = {self._submit(method, payload_ref, c, round_idx): (c, 0) for c in cids}
+        """`method` for each client, one call per actor; an actor's clients are retried once if it died.
+        Returns ({client: result}, failed clients)."""
+        pending = {self._call(a, method, payload_ref, group, round_idx): (a, group, 0)
+                   for a, group in plan_round(cids, self.owner, len(self.actors), self.costs).items()}
         results: dict[int, Any] = {}
         failed: list[int] = []
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            ref = done[0]
-            cid, attempt = pending.pop(ref)
+            actor_idx, group, attempt = pending.pop(done[0])
             try:
-                results[cid] = ray.get(ref)
-            except (RayActorError, RayTaskError) as err:
-                if attempt == 0 and isinstance(err, RayActorError):
-                    self._await_alive(self.owner[cid])
-                    pending[self._submit(method, payload_ref, cid, round_idx)] = (cid, 1)
+                group_results, errors = ray.get(done[0])
+            except RayActorError:
+                if attempt == 0:
+                    self._await_alive(actor_idx)
+                    pending[self._call(actor_idx, method, payload_ref, group, round_idx)] = (actor_idx, group, 1)
                 else:
-                    failed.append(cid)
+                    failed += group
+                continue
+            results.update(group_results)
+            failed += list(errors)
+            for cid, error in errors.items():
+                print(f"round {round_idx + 1}: client {cid} failed in {method}: {error}", flush=True)
         return results, sorted(failed)
 
-    def _submit(self, method: str, payload_ref, cid: int, round_idx: int):
-        return getattr(self.actors[self.owner[cid]], method).remote(payload_ref, cid, round_idx)
+    def _call(self, actor_idx: int, method: str, payload_ref, cids: list[int], round_idx: int):
+        return self.actors[actor_idx].call_many.remote(method, payload_ref, cids, round_idx)
 
     def _await_alive(self, actor_idx: int, timeout: float = 120.0) -> bool:
         """Wait until an actor answers; Ray restarts a dead one (its constructor reloads its clients' state)."""

@@ -8,6 +8,7 @@ bare-loop floor) and on Ray (orchestrator/actors.py), with the same numbers: eve
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,11 @@ def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algo
 
 # ------------------------------------------------------------------------------------------ clients
 class ClientHost:
-    """Hosts many logical clients: their data shards and the state that persists between their rounds."""
+    """Hosts many logical clients: their data shards and the state that persists between their rounds.
+
+    It can also train a guest: a client hosted elsewhere, of a method whose clients keep no state
+    (`keeps_client_state = False`), sent here to balance a round. A guest's data is built on demand (the
+    last few are cached) and nothing of it stays."""
 
     def __init__(self, cfg, data: FederatedData, client_ids: list[int], client_states: dict[int, Any] | None = None,
                  device: str = "cpu"):
@@ -49,11 +54,28 @@ class ClientHost:
         self.device = torch.device(device)
         self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
         self.train = self.algorithm.setup.train
-        with_global = self.algorithm.personalized
-        self.data = {cid: data.client_data(cid, with_global_test=with_global) for cid in client_ids}
+        self.federated = data
+        self.data = {cid: self._build_data(cid) for cid in client_ids}
+        self.guests: OrderedDict[int, Any] = OrderedDict()
         self.states: dict[int, Any] = dict(client_states or {})
 
+    def _build_data(self, cid: int):
+        return self.federated.client_data(cid, with_global_test=self.algorithm.personalized)
+
+    def _data(self, cid: int):
+        if cid in self.data:
+            return self.data[cid]
+        if self.algorithm.keeps_client_state:
+            raise KeyError(f"client {cid} is not hosted here and {self.algorithm.name} keeps client state")
+        if cid not in self.guests:
+            self.guests[cid] = self._build_data(cid)
+            if len(self.guests) > max(1, len(self.data)):  # at most as much guest data as own data
+                self.guests.popitem(last=False)
+        return self.guests[cid]
+
     def _state(self, cid: int):
+        if cid not in self.data:
+            return self.algorithm.init_client(self.guests[cid])
         if cid not in self.states:
             self.states[cid] = self.algorithm.init_client(self.data[cid])
         return self.states[cid]
@@ -65,16 +87,19 @@ class ClientHost:
 
     def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
         start = time.perf_counter()
-        update, self.states[cid] = self.algorithm.client_update(payload, self.data[cid], self._state(cid),
-                                                                self._context(cid, round_idx))
+        data = self._data(cid)
+        update, state = self.algorithm.client_update(payload, data, self._state(cid), self._context(cid, round_idx))
+        if cid in self.data:
+            self.states[cid] = state
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
 
     def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
-        return self.algorithm.client_evaluate(payload, self.data[cid], self._state(cid), self._context(cid, round_idx))
+        data = self._data(cid)
+        return self.algorithm.client_evaluate(payload, data, self._state(cid), self._context(cid, round_idx))
 
     def setup_contribution(self, cid: int):
-        return self.algorithm.client_setup(self.data[cid], seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
+        return self.algorithm.client_setup(self._data(cid), seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
 
     def client_states(self, cids: list[int] | None = None) -> dict[int, Any]:
         return {cid: self.states[cid] for cid in (cids or self.states) if cid in self.states}
@@ -84,6 +109,14 @@ class ClientHost:
 
     def ping(self) -> bool:
         return True
+
+
+def client_costs(data: FederatedData, train) -> list[float]:
+    """Each client's local work in optimizer steps (what balancing clients over actors weighs)."""
+    if train.local_steps:
+        return [float(train.local_steps)] * data.num_clients
+    per_epoch = [(n // train.batch_size if train.drop_last else -(-n // train.batch_size)) for n in data.train_sizes()]
+    return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
 
 
 # ------------------------------------------------------------------------------------------- server

@@ -48,6 +48,19 @@ def check_address(address: str) -> None:
                        "start one with `ray start --head` or leave out --address for a local one") from None
 
 
+def init_ray(**kwargs) -> None:
+    """ray.init, with client actors at normal CPU priority where this call starts the Ray instance: Ray
+    otherwise starts its workers at niceness 15, so the driver, the raylet and anything else on the machine
+    preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
+    from that command's environment.)"""
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(**kwargs)
+
+
 def ensure_ray(address: str | None = None) -> None:
     import ray
 
@@ -56,7 +69,7 @@ def ensure_ray(address: str | None = None) -> None:
     if address:
         check_address(address)
     try:
-        ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
+        init_ray(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
                  configure_logging=True, log_to_driver=True)
     except (ConnectionError, RuntimeError) as e:
         raise RunError(f"could not connect to Ray at {address or 'a new local instance'}: {str(e).splitlines()[0]}") from None
@@ -215,17 +228,24 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
         log.write("actors.json", json.dumps(ray.get(coordinator.actor_info.remote()), indent=1))
         last = cfg.train.rounds if stop_after is None else min(cfg.train.rounds, stop_after)
         bar = _progress_bar(progress, cfg.train.rounds, len(history))
-        while len(history) < last:
-            r0 = time.perf_counter()
-            metrics = ray.get(coordinator.run_round.remote())
+        # The next round (and a due checkpoint before it: the coordinator runs calls in order) is asked for
+        # before this round is logged, so MLflow, metrics.jsonl and on_round overlap the training.
+        next_round = coordinator.run_round.remote() if len(history) < last else None
+        r0 = time.perf_counter()
+        while next_round is not None:
+            metrics = ray.get(next_round)
             round_seconds.append(time.perf_counter() - r0)
+            r0 = time.perf_counter()
             history.append(metrics)
+            every = cfg.checkpoint.every
+            checkpoint = coordinator.checkpoint.remote() \
+                if (every and metrics["round"] % every == 0) or len(history) == last else None
+            next_round = coordinator.run_round.remote() if len(history) < last else None
             log.write_metrics(history)
             tracker.log_metrics({**metrics, "seconds_per_round": round_seconds[-1]}, step=metrics["round"])
             _advance(bar, metrics, round_seconds[-1])
-            every = cfg.checkpoint.every
-            if (every and metrics["round"] % every == 0) or len(history) == last:
-                ray.get(coordinator.checkpoint.remote())
+            if checkpoint is not None:
+                ray.get(checkpoint)
             if on_round is not None:
                 on_round(metrics)
         if bar is not None:

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -47,14 +48,22 @@ def reachable(uri: str, timeout: float = 3.0) -> bool:
 
 
 class Tracker:
-    """One MLflow run. Every call is a no-op after the first failure, which is reported once."""
+    """One MLflow run. Every call is a no-op after the first failure, which is reported once.
 
-    def __init__(self, uri: str | None, experiment: str, enabled: bool = True):
+    Per-round metrics are buffered and written in one batch at most every `flush_seconds` (and at the end):
+    a write to the store costs tens of milliseconds of the driver's CPU, which short rounds would feel."""
+
+    MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch
+
+    def __init__(self, uri: str | None, experiment: str, enabled: bool = True, flush_seconds: float = 2.0):
         self.uri = resolve_uri(uri) if enabled else ""
         self.experiment = experiment
         self.enabled = enabled
         self.run_id: str | None = None
         self._client = None
+        self.flush_seconds = flush_seconds
+        self._pending: list = []
+        self._last_flush = time.monotonic()
         if enabled and not reachable(self.uri):
             self._disable(f"tracking server {self.uri} is unreachable")
 
@@ -111,14 +120,19 @@ class Tracker:
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         from mlflow.entities import Metric
 
-        if self.run_id is None:
+        if self.run_id is None or not self.enabled:
             return
-        import time
-
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
-        self._call(self.client.log_batch, self.run_id, metrics=items)
+        self._pending += [Metric(k, float(v), now, step) for k, v in metrics.items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+        if time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered metrics now."""
+        pending, self._pending, self._last_flush = self._pending, [], time.monotonic()
+        for i in range(0, len(pending), self.MAX_BATCH):
+            self._call(self.client.log_batch, self.run_id, metrics=pending[i:i + self.MAX_BATCH])
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         if self.run_id is not None:
@@ -131,4 +145,5 @@ class Tracker:
 
     def end(self, status: str = "FINISHED") -> None:
         if self.run_id is not None:
+            self.flush()
             self._call(self.client.set_terminated, self.run_id, status)

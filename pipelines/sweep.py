@@ -641,6 +641,7 @@ def tag_trial_run(sweep: Sweep, outcome: TrialOutcome, number: int) -> None:
     tracker.set_tags(tags)
     if outcome.value is not None:
         tracker.log_metrics({"optuna.objective": outcome.value}, step=0)
+        tracker.flush()  # the trial's run is not ended here (the run itself ended it)
     if outcome.state != "complete":
         tracker.end("KILLED" if outcome.state == "pruned" else "FAILED")
 

@@ -15,8 +15,10 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 def ray_session():
     import ray
 
+    from orchestrator.run import init_ray
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -183,6 +183,9 @@ class Algorithm:
     Params: ClassVar[type[HyperParams]] = NoParams
     personalized: ClassVar[bool] = False  # evaluates per-client state on the clients' own test splits
     has_global_model: ClassVar[bool] = True  # evaluated on the global test set
+    # A client's state persists between its rounds, so it always trains on the actor that holds it. Methods
+    # whose clients keep nothing say False: the coordinator then balances each round's clients over actors.
+    keeps_client_state: ClassVar[bool] = True
     spec: ClassVar[str] = ""  # the spec section it implements
 
     def __init__(self, params: HyperParams, setup: Setup):

@@ -9,3 +9,4 @@ from tasks.algorithms.registry import register
 @register
 class FedAvg(Algorithm):
     name = "fedavg"
+    keeps_client_state = False

@@ -44,6 +44,8 @@ def average_sent_models(state: State, updates: list[ClientUpdate]) -> State:
 class PeriodicModelSync:
     """Mixin (listed before the Algorithm base): the model goes down and up only every `params.period` rounds."""
 
+    keeps_client_state = True  # the client's latest model, trained on in rounds without a broadcast
+
     def payload(self, state: State, round_idx: int) -> State:
         payload = dict(super().payload(state, round_idx))
         if not model_goes_down(round_idx, self.params.period):

@@ -128,6 +128,7 @@ class AnchorMovingAverage:
 @register
 class FedFA(Algorithm):
     name = "fedfa"
+    keeps_client_state = False
     Params = FedFAParams
     spec = "specs/fedfa.md §2–§5"
 

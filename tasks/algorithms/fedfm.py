@@ -83,6 +83,7 @@ def class_stats(model: FLModel, data: ClientData, device: torch.device) -> State
 @register
 class FedFM(Algorithm):
     name = "fedfm"
+    keeps_client_state = False
     Params = FedFMParams
     spec = "specs/fedfm.md §2–§3, §5"
     # class statistics from the received global model (FedFM) or from the trained local model (Lite)

@@ -139,6 +139,7 @@ class LatestLocalModelEvaluation:
     """Personalized model = the client's latest local model (its state's "model"), else the global model."""
 
     personalized = True
+    keeps_client_state = True
 
     def client_evaluate(self, payload, data: ClientData, client_state, ctx: RoundContext):
         state = client_state.get("model", payload.get("model"))

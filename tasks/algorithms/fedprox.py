@@ -32,6 +32,7 @@ def proximal_term(model: torch.nn.Module, anchor: list[torch.Tensor], mu: float)
 @register
 class FedProx(Algorithm):
     name = "fedprox"
+    keeps_client_state = False
     Params = FedProxParams
 
     def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):

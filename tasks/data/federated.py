@@ -46,6 +46,10 @@ class FederatedData:
             return {"test": (self._view(self.dataset.x_test, 0), y)}
         return {f"rot{a:g}": (self._view(self.dataset.x_test, d), y) for d, a in enumerate(self.angles)}
 
+    def train_sizes(self) -> list[int]:
+        """Each client's number of training samples (what its local work scales with)."""
+        return [len(idx) for idx in self.partition.train]
+
     def client_data(self, client_id: int, with_global_test: bool = False) -> ClientData:
         d = int(self.partition.domain[client_id])
         tr, te = self.partition.train[client_id], self.partition.test[client_id]

@@ -1,0 +1,101 @@
+"""How a round's clients are spread over actors: sticky for methods with client state, balanced otherwise."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orchestrator.actors import plan_round
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+from orchestrator.federation import ClientHost, Server, client_costs
+from tasks.algorithms import ALGORITHMS
+
+TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
+
+
+def test_sticky_plan_keeps_every_client_on_its_host():
+    owner = {0: 0, 1: 1, 2: 0, 3: 1}
+    assert plan_round([0, 2, 3], owner, num_actors=2, costs=None) == {0: [0, 2], 1: [3]}
+
+
+def test_balanced_plan_puts_the_largest_client_on_the_least_loaded_actor():
+    costs = [5.0, 40.0, 12.0, 40.0, 3.0, 25.0]
+    # 1 (40) → a0; 3 (40) → a1; 5 (25) → a0 (tie at 40: the lower index); then a1 is lighter (40 < 65)
+    # for 2 (12), 0 (5) and 4 (3): loads end 65 and 60
+    assert plan_round([0, 1, 2, 3, 4, 5], {}, num_actors=2, costs=costs) == {0: [1, 5], 1: [3, 2, 0, 4]}
+
+
+def test_balanced_plan_with_fewer_clients_than_actors_leaves_actors_out():
+    assert plan_round([7], {}, num_actors=3, costs=[1.0] * 8) == {0: [7]}
+
+
+def test_client_costs_count_optimizer_steps(workdir):
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["train.batch_size=4", "train.local_epochs=3"])
+    data = prepare_data(cfg)
+    assert client_costs(data, cfg.train) == [3.0 * -(-n // 4) for n in data.train_sizes()]
+    steps = load_config("configs/default.yaml", TINY + workdir + ["train.local_steps=7"])
+    assert client_costs(data, steps.train) == [7.0] * 4
+
+
+STATELESS = sorted(n for n in ALGORITHMS.names() if not ALGORITHMS.get(n).keeps_client_state)
+
+
+def test_the_baselines_and_the_anchor_methods_are_balanced():
+    assert {"fedavg", "fedprox", "fedfa", "fedfm"} <= set(STATELESS)
+    assert not {"local", "moon", "fednh", "fedsa", "fedproto", "feddebias", "fedfm_lite"} & set(STATELESS)
+
+
+@pytest.mark.parametrize("name", STATELESS)
+def test_methods_that_declare_no_client_state_keep_none(workdir, name):
+    """What lets the coordinator balance a method's clients over actors must be true of the method."""
+    cfg = load_config("configs/default.yaml", TINY + workdir + [f"algorithm.name={name}"])
+    data = prepare_data(cfg)
+    host, server = ClientHost(cfg, data, list(range(4))), Server(cfg, data)
+    if not server.set_up:
+        server.setup([host.setup_contribution(c) for c in range(4)])
+    for _ in range(2):
+        server.run_round(lambda payload, cids, t: _updates(host, payload, cids, t))
+    kept = {c: s for c, s in host.states.items() if s}
+    assert kept == {}, f"{name} says keeps_client_state = False but kept state for clients {sorted(kept)}"
+
+
+def _updates(host, payload, cids, t):
+    from orchestrator.federation import RoundOutcome
+
+    return RoundOutcome([host.update(payload, c, t) for c in cids])
+
+
+def test_a_guest_client_trains_exactly_as_on_its_own_host(workdir):
+    cfg = load_config("configs/default.yaml", TINY + workdir)
+    data = prepare_data(cfg)
+    payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
+    at_home = ClientHost(cfg, data, [1]).update(payload, 1, 0)
+    as_guest = ClientHost(cfg, data, [0]).update(payload, 1, 0)
+    assert as_guest.num_samples == at_home.num_samples
+    for key, tensor in at_home.tensors.items():
+        assert torch.equal(tensor, as_guest.tensors[key]), key
+
+
+def test_a_client_with_state_is_never_trained_as_a_guest(workdir):
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
+    data = prepare_data(cfg)
+    server = Server(cfg, data)
+    with pytest.raises(KeyError, match="keeps client state"):
+        ClientHost(cfg, data, [0]).update(server.algorithm.payload(server.state, 0), 1, 0)
+
+
+@pytest.mark.ray
+def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, workdir):
+    import ray
+
+    from orchestrator.actors import ClientActor
+
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
+    data = prepare_data(cfg)
+    server = Server(cfg, data)
+    actor = ClientActor.remote(cfg, ray.put(data), [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
+    payload = server.algorithm.payload(server.state, 0)
+    results, errors = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
+    assert sorted(results) == [0, 2] and results[2].client_id == 2
+    assert list(errors) == [1] and errors[1].startswith("KeyError: ") and "keeps client state" in errors[1]
+    ray.kill(actor)

@@ -1,9 +1,12 @@
 """Overhead: Mooring on Ray against a bare single-process PyTorch loop doing exactly the same training.
 
 Digits, 100 clients (Dirichlet α = 0.5 with the N/K cap), 10 per round, 20 rounds, 20 local epochs of
-batch 4 (about 13 samples per client, so the local work is not dwarfed by a round's fixed cost). The bare loop is `run_in_process` (same clients, steps,
-model and data; no Ray, no tracking, no checkpoints). Mooring runs with 1 and with 2 client actors, MLflow
-tracking and checkpoints on; Ray's start-up (ray.init) is reported separately and left out of the ratio.
+batch 4 (about 13 samples per client, so the local work is not dwarfed by a round's fixed cost). The bare
+loop is `run_in_process` (same clients, steps, model and data; no Ray, no tracking, no checkpoints), run in a
+fresh process with 1 and with 2 intra-op threads, the faster counting. Mooring runs with 1 and with 2 client
+actors, MLflow tracking and checkpoints on; Ray's start-up (ray.init) is reported separately and left out of
+the ratio. Two bare loops started together in two processes show what the machine itself allows two
+processes.
 
     python -m benchmarks.overhead            (or: mooring bench overhead)
 """
@@ -21,22 +24,6 @@ SETTING = ["data.num_clients=100", "train.clients_per_round=10", "train.rounds=2
            "checkpoint.every=5"]
 
 
-def fastest_bare_loop(cfg) -> tuple[float, int]:
-    """The floor at its best: the bare loop with 1 and with 2 intra-op threads (tiny batches can run slower
-    on two), the faster of the two."""
-    import torch
-
-    default = torch.get_num_threads()
-    timings = []
-    try:
-        for threads in sorted({1, default}):
-            torch.set_num_threads(threads)
-            timings.append((bare_loop_seconds(cfg), threads))
-    finally:
-        torch.set_num_threads(default)
-    return min(timings)
-
-
 def _bare_loop_in_child(cfg, threads: int, start, results) -> None:
     import torch
 
@@ -47,12 +34,13 @@ def _bare_loop_in_child(cfg, threads: int, start, results) -> None:
     results.put(bare_loop_seconds(cfg))
 
 
-def two_bare_loops_at_once(cfg, threads: int) -> float:
-    """The slower of two bare loops started together in two processes: what this machine gives two busy
-    processes (two vCPUs of a shared host rarely make two full cores)."""
+def bare_loops_at_once(cfg, threads: int, count: int) -> float:
+    """`count` bare loops started together, each in a fresh process of its own (no Ray in it); the slowest
+    one's seconds. With count = 2: what this machine gives two busy processes (two vCPUs of a shared host
+    rarely make two full cores)."""
     ctx = multiprocessing.get_context("spawn")
-    start, results = ctx.Barrier(2), ctx.Queue()
-    workers = [ctx.Process(target=_bare_loop_in_child, args=(cfg, threads, start, results)) for _ in range(2)]
+    start, results = ctx.Barrier(count), ctx.Queue()
+    workers = [ctx.Process(target=_bare_loop_in_child, args=(cfg, threads, start, results)) for _ in range(count)]
     for w in workers:
         w.start()
     times = [results.get() for _ in workers]
@@ -61,7 +49,13 @@ def two_bare_loops_at_once(cfg, threads: int) -> float:
     return max(times)
 
 
-def measure(repeats: int = 3) -> dict:
+def fastest_bare_loop(cfg) -> tuple[float, int]:
+    """The floor at its best: the bare loop with 1 and with 2 intra-op threads (tiny batches can run slower
+    on two), the faster of the two."""
+    return min((bare_loops_at_once(cfg, threads, count=1), threads) for threads in (1, 2))
+
+
+def measure(repeats: int = 5) -> dict:
     """Each side's fastest of `repeats` interleaved runs (the machine is shared: the minimum is the least
     disturbed)."""
     import ray
@@ -79,7 +73,7 @@ def measure(repeats: int = 3) -> dict:
     bare, one, two, setup, pair = [], [], [], [], []
     for _ in range(repeats):
         bare.append(fastest_bare_loop(cfg))
-        pair.append(two_bare_loops_at_once(cfg, threads=1))
+        pair.append(bare_loops_at_once(cfg, threads=1, count=2))
         for n, sink in ((1, one), (2, two)):
             r = run_experiment(load_config("configs/default.yaml", SETTING + paths + [f"resources.num_actors={n}"]),
                                progress=False)

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from orchestrator import checkpoint as ckpt
-from orchestrator.federation import ClientHost, RoundOutcome, Server, client_costs
+from orchestrator.federation import ClientHost, Server, client_costs
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -25,7 +25,9 @@ class ClientActor:
     """A Ray actor hosting logical clients. On restart after a crash it reloads its clients' state from the
     run's latest checkpoint (if any), so persistent client state survives the loss of the process."""
 
-    def __init__(self, cfg, data, client_ids: list[int], run_dir: str, threads: int):
+    def __init__(self, cfg, data_box: list, client_ids: list[int], run_dir: str, threads: int):
+        """`data_box` = [ObjectRef of the FederatedData], boxed as for the coordinator: the run keeps the
+        reference alive, and a restarted actor resolves it again."""
         import torch
         import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
 
@@ -34,13 +36,13 @@ class ClientActor:
         device = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
         latest = ckpt.latest_checkpoint(run_dir)
         states = ckpt.load_client_states(latest, client_ids) if latest else {}
-        self.host = ClientHost(cfg, data, client_ids, states, device=device)
+        self.host = ClientHost(cfg, ray.get(data_box[0]), client_ids, states, device=device)
         self.gpu_ids = [str(g) for g in gpu_ids]
 
     def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
-        """The host's `method` ("update", "evaluate", "setup_contribution") for each client, in order:
+        """The host's `method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
         ({client: result}, {client: error}). A client that raises fails alone, with its error in one line."""
-        calls = {"update": self.host.update, "evaluate": self.host.evaluate,
+        calls = {"pre_round": self.host.pre_round, "update": self.host.update, "evaluate": self.host.evaluate,
                  "setup_contribution": lambda _payload, cid, _round_idx: self.host.setup_contribution(cid)}
         results: dict[int, Any] = {}
         errors: dict[int, str] = {}
@@ -75,7 +77,7 @@ def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
     """Which actor trains which of a round's clients: {actor index: client ids}.
 
     Sticky (costs None, methods with client state): each client on the actor that hosts it. Balanced:
-    largest first, each to the least loaded actor (ties: the lower index); a random draw of 10 clients out
+    largest first, each to the least loaded actor (ties: its own host, else the lower index); a random draw of 10 clients out
     of 100 puts 7 on one of two actors as often as not, which would leave one core idle for much of a round."""
     plan: dict[int, list[int]] = {}
     if costs is None:
@@ -84,7 +86,7 @@ def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
         return plan
     load = [0.0] * num_actors
     for cid in sorted(cids, key=lambda c: (-costs[c], c)):
-        actor_idx = min(range(num_actors), key=lambda a: (load[a], a))
+        actor_idx = min(range(num_actors), key=lambda a: (load[a], a != owner.get(cid), a))
         load[actor_idx] += costs[cid]
         plan.setdefault(actor_idx, []).append(cid)
     return plan
@@ -108,7 +110,7 @@ class CoordinatorActor:
         self.groups = assign_clients(data.num_clients, num_actors)
         self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_actor, num_gpus=res.gpus_per_actor).remote(
-                cfg, data_ref, group, run_dir, max(1, int(res.cpus_per_actor)))
+                cfg, [data_ref], group, run_dir, max(1, int(res.cpus_per_actor)))
             for group in self.groups
         ]
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
@@ -164,13 +166,8 @@ class CoordinatorActor:
                 time.sleep(0.5)
         return False
 
-    def _execute(self, payload, cids, round_idx) -> RoundOutcome:
-        results, failed = self._gather("update", ray.put(payload), cids, round_idx)
-        return RoundOutcome([results[c] for c in sorted(results)], failed)
-
-    def _evaluate_clients(self, payload, cids, round_idx):
-        results, _ = self._gather("evaluate", ray.put(payload), cids, round_idx)
-        return results
+    def _call_clients(self, method: str, payload, cids: list[int], round_idx: int):
+        return self._gather(method, ray.put(payload), cids, round_idx)
 
     # ------------------------------------------------------------------ driver-facing
     def set_up(self) -> None:
@@ -179,7 +176,7 @@ class CoordinatorActor:
             self.server.setup([contributions[c] for c in sorted(contributions)])
 
     def run_round(self) -> dict[str, Any]:
-        return self.server.run_round(self._execute, self._evaluate_clients)
+        return self.server.run_round(self._call_clients)
 
     def round(self) -> int:
         return self.server.round

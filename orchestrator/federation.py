@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -98,6 +97,10 @@ class ClientHost:
         data = self._data(cid)
         return self.algorithm.client_evaluate(payload, data, self._state(cid), self._context(cid, round_idx))
 
+    def pre_round(self, payload, cid: int, round_idx: int):
+        data = self._data(cid)
+        return self.algorithm.client_pre_round(payload, data, self._state(cid), self._context(cid, round_idx))
+
     def setup_contribution(self, cid: int):
         return self.algorithm.client_setup(self._data(cid), seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
 
@@ -128,15 +131,15 @@ def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) 
     return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
 
 
-@dataclass
-class RoundOutcome:
-    updates: list[ClientUpdate]  # in client-id order
-    failed: list[int] = field(default_factory=list)
+# call(method, payload, client_ids, round) -> ({client: result}, failed clients): runs a ClientHost method
+# ("pre_round", "update", "evaluate") for each client, in this process or on the client actors.
+CallClients = Callable[[str, Any, list[int], int], tuple[dict[int, Any], list[int]]]
 
 
-# execute(payload, client_ids, round) -> RoundOutcome; evaluate(payload, client_ids, round) -> {cid: {metric: (c, n)}}
-Execute = Callable[[Any, list[int], int], RoundOutcome]
-EvaluateClients = Callable[[Any, list[int], int], dict[int, dict[str, tuple[float, float]]]]
+def in_process_calls(host: ClientHost) -> CallClients:
+    def call(method: str, payload, cids: list[int], round_idx: int):
+        return {c: getattr(host, method)(payload, c, round_idx) for c in cids}, []
+    return call
 
 
 class Server:
@@ -167,26 +170,34 @@ class Server:
         self.state = self.algorithm.server_setup(self.state, contributions)
         self.set_up = True
 
-    def run_round(self, execute: Execute, evaluate_clients: EvaluateClients | None = None) -> dict[str, Any]:
+    def run_round(self, call: CallClients) -> dict[str, Any]:
         t = self.round
-        cids = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
+        sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
         payload = self.algorithm.payload(self.state, t)
-        outcome = execute(payload, cids, t)
-        updates = sorted(outcome.updates, key=lambda u: u.client_id)
+        cids, failed, pre_bytes = sampled, [], 0
+        if self.algorithm.pre_round_exchange:
+            contributions, failed = call("pre_round", payload, sampled, t)
+            cids = sorted(contributions)  # a client that failed here sits this round out
+            pre_bytes = nbytes([contributions[c] for c in cids])
+            self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
+            payload = self.algorithm.payload(self.state, t)
+        results, failed_training = call("update", payload, cids, t)
+        updates = [results[c] for c in sorted(results)]
         self.state = self.algorithm.aggregate(self.state, updates, t)
         self.round = t + 1
-        metrics = self._round_metrics(t, payload, cids, updates, outcome.failed)
+        metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training), pre_bytes)
         if self._eval_due():
-            metrics.update(self.evaluate(evaluate_clients))
+            metrics.update(self.evaluate(call))
         self.history.append(metrics)
         return metrics
 
     def _eval_due(self) -> bool:
         return self.round % self.cfg.eval.every == 0 or self.round == self.cfg.train.rounds
 
-    def _round_metrics(self, t, payload, cids, updates: list[ClientUpdate], failed: list[int]) -> dict[str, Any]:
+    def _round_metrics(self, t, payload, cids, updates: list[ClientUpdate], failed: list[int],
+                       pre_round_bytes: int = 0) -> dict[str, Any]:
         bytes_down = nbytes(payload) * len(cids)
-        bytes_up = sum(u.bytes_sent for u in updates)
+        bytes_up = sum(u.bytes_sent for u in updates) + pre_round_bytes
         self.bytes_total += bytes_down + bytes_up
         n = sum(u.num_samples for u in updates)
         losses = [(u.metrics.get("train_loss"), u.num_samples) for u in updates if "train_loss" in u.metrics]
@@ -200,7 +211,7 @@ class Server:
         return m
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, evaluate_clients: EvaluateClients | None) -> dict[str, float]:
+    def evaluate(self, call: CallClients | None) -> dict[str, float]:
         out: dict[str, float] = {}
         model = self.algorithm.global_model(self.state)
         if model is not None:
@@ -210,9 +221,10 @@ class Server:
             if len(accs) > 1:
                 out["accuracy_worst"] = min(accs.values())
                 out.update({f"accuracy_{k}": v for k, v in accs.items()})
-        if self.algorithm.personalized and evaluate_clients is not None:
+        if self.algorithm.personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
-            out.update(personalized_summary(evaluate_clients(payload, list(range(self.num_clients)), self.round)))
+            per_client, _ = call("evaluate", payload, list(range(self.num_clients)), self.round)
+            out.update(personalized_summary(per_client))
         return out
 
 
@@ -239,14 +251,9 @@ def run_in_process(cfg, data: FederatedData, rounds: int | None = None, on_round
     if not server.set_up:
         server.setup([host.setup_contribution(c) for c in range(data.num_clients)])
 
-    def execute(payload, cids, t):
-        return RoundOutcome([host.update(payload, c, t) for c in cids])
-
-    def evaluate_clients(payload, cids, t):
-        return {c: host.evaluate(payload, c, t) for c in cids}
-
+    call = in_process_calls(host)
     for _ in range(cfg.train.rounds if rounds is None else rounds):
-        metrics = server.run_round(execute, evaluate_clients)
+        metrics = server.run_round(call)
         if on_round is not None:
             on_round(metrics)
     return server.history

@@ -7,7 +7,7 @@ import torch
 from orchestrator.actors import plan_round
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, client_costs
+from orchestrator.federation import ClientHost, Server, client_costs, in_process_calls
 from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
@@ -23,6 +23,12 @@ def test_balanced_plan_puts_the_largest_client_on_the_least_loaded_actor():
     # 1 (40) → a0; 3 (40) → a1; 5 (25) → a0 (tie at 40: the lower index); then a1 is lighter (40 < 65)
     # for 2 (12), 0 (5) and 4 (3): loads end 65 and 60
     assert plan_round([0, 1, 2, 3, 4, 5], {}, num_actors=2, costs=costs) == {0: [1, 5], 1: [3, 2, 0, 4]}
+
+
+def test_balanced_plan_sends_a_client_home_when_loads_tie():
+    owner = {0: 1, 1: 0, 2: 1, 3: 0}
+    # equal costs: 0 → a1 (tie at 0, home), 1 → a0 (lighter), 2 → a1 (tie, home), 3 → a0 (lighter)
+    assert plan_round([0, 1, 2, 3], owner, num_actors=2, costs=[1.0] * 4) == {1: [0, 2], 0: [1, 3]}
 
 
 def test_balanced_plan_with_fewer_clients_than_actors_leaves_actors_out():
@@ -54,15 +60,9 @@ def test_methods_that_declare_no_client_state_keep_none(workdir, name):
     if not server.set_up:
         server.setup([host.setup_contribution(c) for c in range(4)])
     for _ in range(2):
-        server.run_round(lambda payload, cids, t: _updates(host, payload, cids, t))
+        server.run_round(in_process_calls(host))
     kept = {c: s for c, s in host.states.items() if s}
     assert kept == {}, f"{name} says keeps_client_state = False but kept state for clients {sorted(kept)}"
-
-
-def _updates(host, payload, cids, t):
-    from orchestrator.federation import RoundOutcome
-
-    return RoundOutcome([host.update(payload, c, t) for c in cids])
 
 
 def test_a_guest_client_trains_exactly_as_on_its_own_host(workdir):
@@ -93,7 +93,7 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
     data = prepare_data(cfg)
     server = Server(cfg, data)
-    actor = ClientActor.remote(cfg, ray.put(data), [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
+    actor = ClientActor.remote(cfg, [ray.put(data)], [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
     payload = server.algorithm.payload(server.state, 0)
     results, errors = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
     assert sorted(results) == [0, 2] and results[2].client_id == 2

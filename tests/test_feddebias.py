@@ -10,7 +10,7 @@ from torch import nn
 
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, RoundOutcome, Server
+from orchestrator.federation import ClientHost, Server, in_process_calls
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import make_optimizer, state_of, step
 from tasks.algorithms.feddebias import (
@@ -93,12 +93,15 @@ def run_rounds(digits, rounds: int, *overrides: str):
     server.setup([host.setup_contribution(c) for c in range(data.num_clients)])
     payloads = []
 
-    def execute(payload, cids, t):
-        payloads.append(payload)
-        return RoundOutcome([host.update(payload, c, t) for c in cids])
+    call = in_process_calls(host)
+
+    def recording(method, payload, cids, t):
+        if method == "update":
+            payloads.append(payload)
+        return call(method, payload, cids, t)
 
     for _ in range(rounds):
-        server.run_round(execute)
+        server.run_round(recording)
     return server, host, payloads
 
 

@@ -101,27 +101,37 @@ def test_count_weighted_anchor_aggregation_and_missing_classes():
     assert torch.equal(out, torch.tensor([[2.0, 2.0], [1.0, 2.0], [7.0, 7.0]]))
 
 
-def test_server_aggregates_anchors_by_class_counts_not_client_sizes():
+STATS = [{"sums": torch.tensor([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]), "counts": torch.tensor([1.0, 0.0, 0.0])},
+         {"sums": torch.tensor([[3.0, 3.0], [2.0, 0.0], [0.0, 0.0]]), "counts": torch.tensor([1.0, 1.0, 0.0])}]
+POOLED = torch.tensor([[2.0, 2.0], [2.0, 0.0], [0.0, 0.0]])  # (1 + 3)/2, [2, 0]/1, nobody: the zero start
+
+
+def test_fedfm_server_builds_the_rounds_anchors_from_the_pre_round_statistics():
     algo = FedFM(FedFMParams(), setup())
     state = algo.init_global()
+    anchors = algo.server_pre_round(state, STATS, 0)["anchors"]
+    assert torch.equal(anchors, POOLED) and not anchors.isnan().any()
+    assert algo.payload({**state, "anchors": anchors}, 0)["anchors"] is anchors  # what the clients train against
+
+
+def test_lite_server_aggregates_anchors_from_the_updates_by_class_counts_not_client_sizes():
+    algo = FedFMLite(FedFMLiteParams(period=1), setup())
+    state = algo.init_global()
     model = state["model"]
-    ups = [ClientUpdate(0, 100, model, {"sums": torch.tensor([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]),
-                                        "counts": torch.tensor([1.0, 0.0, 0.0])}),
-           ClientUpdate(1, 1, model, {"sums": torch.tensor([[3.0, 3.0], [2.0, 0.0], [0.0, 0.0]]),
-                                      "counts": torch.tensor([1.0, 1.0, 0.0])})]
-    anchors = algo.aggregate(state, ups, 0)["anchors"]
-    assert torch.equal(anchors, torch.tensor([[2.0, 2.0], [2.0, 0.0], [0.0, 0.0]]))
-    assert not anchors.isnan().any()
+    ups = [ClientUpdate(0, 100, model, STATS[0]), ClientUpdate(1, 1, model, STATS[1])]
+    assert torch.equal(algo.aggregate(state, ups, 0)["anchors"], POOLED)
 
 
 # ---------------------------------------------------------------------------------------- client
-def test_fedfm_anchor_statistics_come_from_the_received_global_model():
+def test_fedfm_anchor_statistics_come_from_the_received_global_model_before_training():
     algo = FedFM(FedFMParams(warmup_rounds=0, lam=1.0), setup())
     state = algo.init_global()
     data = client_data([0, 1, 1, 0, 1])
-    update, _ = algo.client_update(algo.payload(state, 0), data, {}, context())
+    stats = algo.client_pre_round(algo.payload(state, 0), data, {}, context())
     sums, counts = class_feature_stats(algo.new_model(), data.x, data.y, 3)  # w⁰, the payload's model
-    assert torch.allclose(update.stats["sums"], sums.float()) and torch.equal(update.stats["counts"], counts.float())
+    assert torch.allclose(stats["sums"], sums.float()) and torch.equal(stats["counts"], counts.float())
+    update, _ = algo.client_update(algo.payload(state, 0), data, {}, context())
+    assert update.stats == {}  # the update carries the model only: the statistics went up before training
 
 
 def test_lite_anchor_statistics_come_from_the_trained_model():

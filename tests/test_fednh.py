@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from orchestrator.config import load_config, with_overrides
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, RoundOutcome, Server, run_in_process
+from orchestrator.federation import ClientHost, Server, in_process_calls, run_in_process
 from orchestrator.storage import torch_bytes, torch_load_safe
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.fednh import PROTOTYPES, SCALE, FedNHParams, weighted_correct
@@ -170,14 +170,8 @@ def test_resume_restores_personal_state(tmp_path):
     ids = list(range(data.num_clients))
 
     def rounds(host, server, n):
-        def execute(payload, cids, t):
-            return RoundOutcome([host.update(payload, c, t) for c in cids])
-
-        def evaluate(payload, cids, t):
-            return {c: host.evaluate(payload, c, t) for c in cids}
-
         for _ in range(n):
-            server.run_round(execute, evaluate)
+            server.run_round(in_process_calls(host))
 
     straight_host, straight = ClientHost(cfg, data, ids), Server(cfg, data)
     rounds(straight_host, straight, 4)

@@ -244,6 +244,17 @@ class Algorithm:
     def server_setup(self, state: State, contributions: list[State]) -> State:
         return state
 
+    # an exchange at the start of every round, before training, with the same clients (FedFM's anchors from
+    # the broadcast model, eqs. 8-9): each client's contribution, then the server folds them into the state,
+    # and the round's payload is taken again from the new state
+    pre_round_exchange: ClassVar[bool] = False
+
+    def client_pre_round(self, payload: State, data: ClientData, client_state: State, ctx: RoundContext) -> State:
+        return {}
+
+    def server_pre_round(self, state: State, contributions: list[State], round_idx: int) -> State:
+        return state
+
     # ------------------------------------------------------------------ client half
     def init_client(self, data: ClientData) -> State:
         """Persistent per-client state, created on first use (seed it from setup.seed and data.client_id)."""

@@ -8,9 +8,11 @@ FedFM (§2–§3, §5):
   anchors (τ is the paper's α, the code's cg_tau), or with `loss: l2` the code's ℓ2 matching,
   mean over B·d of (ĥ − â_y)² on normalised vectors. L_FM reaches the extractor only.
 - `warmup_rounds` (T_s): rounds t < T_s are plain FedAvg; anchors are still computed, so they are ready at T_s.
-- One handshake per round here: the client computes its class statistics with the received global model w^(t)
-  before training and uploads them with its model; the server's anchors from w^(t) are used in round t+1. The
-  code (two handshakes) uses anchors from w^(t+1) in round t+1: here they lag by one round.
+- Two handshakes per round, as Algorithm 1: the round's clients first send their class statistics under the
+  broadcast model w^(t) (the pre-round exchange), the server aggregates them into 𝒜^(t), and the clients then
+  train against 𝒜^(t). The code computes the same anchors from w^(t) over the previous round's participants
+  (equal under full participation; §3 "Order of operations"). With T_s = 0, round 0's anchors come from the
+  random initial model, as in Algorithm 1 (the code's zero anchors would give the CG loss no gradient).
 
 FedFM-Lite (§4): the client computes its statistics with its TRAINED local model after training (anchors used
 in the next round, as the paper says), anchors go both ways every round, models only every `period` rounds (the
@@ -79,6 +81,13 @@ def class_stats(model: FLModel, data: ClientData, device: torch.device) -> State
     return {"sums": sums.float(), "counts": counts.float()}
 
 
+def updated_anchors(stats: list[State], previous: torch.Tensor) -> torch.Tensor:
+    """Eq. (9): per-class pooled means of the clients' feature sums; a class no client holds keeps its anchor."""
+    if not stats:
+        return previous
+    return pooled_class_means([s["sums"] for s in stats], [s["counts"] for s in stats], previous)
+
+
 # ------------------------------------------------------------------------------------- algorithm
 @register
 class FedFM(Algorithm):
@@ -86,8 +95,9 @@ class FedFM(Algorithm):
     keeps_client_state = False
     Params = FedFMParams
     spec = "specs/fedfm.md §2–§3, §5"
-    # class statistics from the received global model (FedFM) or from the trained local model (Lite)
-    stats_after_training: ClassVar[bool] = False
+    # FedFM: anchors from the broadcast model, before training (pre-round exchange); Lite: from the trained
+    # local model, uploaded with the update and used in the next round
+    pre_round_exchange: ClassVar[bool] = True
 
     def init_global(self):
         model = self.new_model()
@@ -97,12 +107,19 @@ class FedFM(Algorithm):
     def payload(self, state, round_idx):
         return {"model": state["model"], "anchors": state["anchors"]}
 
+    def client_pre_round(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
+        return class_stats(model, data, ctx.device)
+
+    def server_pre_round(self, state, contributions, round_idx):
+        return {**state, "anchors": updated_anchors(contributions, state["anchors"])}
+
     def aggregate(self, state, updates, round_idx):
         if not updates:
             return {**state, "diagnostics": {}}
-        anchors = pooled_class_means([u.stats["sums"] for u in updates], [u.stats["counts"] for u in updates],
-                                     state["anchors"])
-        new = {**state, "anchors": anchors, "diagnostics": model_diagnostics(updates, state["model"])}
+        new = {**state, "diagnostics": model_diagnostics(updates, state["model"])}
+        if not self.pre_round_exchange:
+            new["anchors"] = updated_anchors([u.stats for u in updates], state["anchors"])
         return average_sent_models(new, updates)
 
     def round_metrics(self, state, updates, round_idx):
@@ -128,11 +145,9 @@ class FedFM(Algorithm):
     def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
         anchors = payload["anchors"].to(ctx.device)
-        stats = None if self.stats_after_training else class_stats(model, data, ctx.device)
         matching = self.matching_loss(anchors) if ctx.round >= self.params.warmup_rounds else None
         loss = train_supervised(model, data, ctx, extra_loss=matching)
-        if stats is None:
-            stats = class_stats(model, data, ctx.device)
+        stats = {} if self.pre_round_exchange else class_stats(model, data, ctx.device)
         distance, norm = feature_anchor_distance(model, data.x, data.y, anchors)
         tensors = state_of(model) if self.uploads_model(ctx.round) else {}
         metrics = {"train_loss": loss, "feature_anchor_distance": distance, "feature_norm": norm}
@@ -145,4 +160,4 @@ class FedFMLite(PeriodicModelSync, FedFM):
     name = "fedfm_lite"
     Params = FedFMLiteParams
     spec = "specs/fedfm.md §4"
-    stats_after_training = True
+    pre_round_exchange = False

@@ -4,7 +4,7 @@ Peak memory of every process together (the driver, Ray's GCS and raylet, the coo
 actors; summed PSS) must stay under 3 GB, and the time per round must depend on the clients per round,
 not on the total. Synthetic 8×8 images (20 per client), IID, the digits MLP, 1 local epoch.
 
-    python -m benchmarks.scale [--algorithm fedsa]        (or: mooring bench scale)
+    python -m benchmarks.scale [--algorithm fedavg] [--algorithm fedsa]        (or: mooring bench scale)
 """
 from __future__ import annotations
 
@@ -27,7 +27,14 @@ def setting(total_clients: int, algorithm: str, tmp: str) -> list[str]:
     ]
 
 
-def measure(algorithm: str = "fedavg") -> dict:
+ALGORITHMS = ("fedavg", "fedsa")  # shared models; private heterogeneous models kept for every client
+
+
+def measure(algorithms: tuple[str, ...] = ALGORITHMS) -> list[dict]:
+    return [measure_one(algorithm) for algorithm in algorithms]
+
+
+def measure_one(algorithm: str) -> dict:
     import ray
 
     from orchestrator.config import load_config
@@ -47,14 +54,14 @@ def measure(algorithm: str = "fedavg") -> dict:
     return out
 
 
-def report(m: dict) -> str:
+def report(measured: list[dict]) -> str:
     rows = [[m["algorithm"], f"{m['round_s_100']:.2f}", f"{m['round_s_1000']:.2f}", f"{m['ratio']:.2f}",
-             f"{m['peak_pss_gb']:.2f}", f"{m['peak_rss_gb']:.2f}"]]
+             f"{m['peak_pss_gb']:.2f}", f"{m['peak_rss_gb']:.2f}"] for m in measured]
     return markdown_table(["algorithm", "s/round, 100 clients", "s/round, 1,000 clients", "ratio (target ≈ 1)",
                            "peak memory GB, PSS (target < 3)", "summed RSS GB"], rows) + "\n"
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--algorithm", default="fedavg")
-    print(report(measure(parser.parse_args().algorithm)))
+    parser.add_argument("--algorithm", action="append", help="default: " + ", ".join(ALGORITHMS))
+    print(report(measure(tuple(parser.parse_args().algorithm or ALGORITHMS))))

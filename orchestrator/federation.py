@@ -54,12 +54,20 @@ class ClientHost:
         self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
         self.train = self.algorithm.setup.train
         self.federated = data
+        self.global_tests: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.data = {cid: self._build_data(cid) for cid in client_ids}
         self.guests: OrderedDict[int, Any] = OrderedDict()
         self.states: dict[int, Any] = dict(client_states or {})
 
     def _build_data(self, cid: int):
-        return self.federated.client_data(cid, with_global_test=self.algorithm.personalized)
+        """A client's shard; personalized methods also see the global test set, one copy per domain shared by
+        every client of that domain (not one per client: 1,000 clients would hold 1,000 copies)."""
+        data = self.federated.client_data(cid)
+        if self.algorithm.personalized:
+            if data.domain not in self.global_tests:
+                self.global_tests[data.domain] = self.federated.global_test(data.domain)
+            data.global_x_test, data.global_y_test = self.global_tests[data.domain]
+        return data
 
     def _data(self, cid: int):
         if cid in self.data:

@@ -50,6 +50,10 @@ class FederatedData:
         """Each client's number of training samples (what its local work scales with)."""
         return [len(idx) for idx in self.partition.train]
 
+    def global_test(self, domain: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global test set as a client of this domain sees it (rotated by its angle)."""
+        return self._view(self.dataset.x_test, domain), torch.tensor(self.dataset.y_test)
+
     def client_data(self, client_id: int, with_global_test: bool = False) -> ClientData:
         d = int(self.partition.domain[client_id])
         tr, te = self.partition.train[client_id], self.partition.test[client_id]
@@ -61,6 +65,5 @@ class FederatedData:
             num_classes=ds.num_classes, domain=d,
         )
         if with_global_test:
-            data.global_x_test = self._view(ds.x_test, d)
-            data.global_y_test = torch.tensor(ds.y_test)
+            data.global_x_test, data.global_y_test = self.global_test(d)
         return data

@@ -22,26 +22,36 @@ from orchestrator.federation import ClientHost, Server, client_costs
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class ClientActor:
-    """A Ray actor hosting logical clients. On restart after a crash it reloads its clients' state from the
-    run's latest checkpoint (if any), so persistent client state survives the loss of the process."""
+    """A Ray actor hosting logical clients, given its data by `load` after construction.
 
-    def __init__(self, cfg, data_box: list, client_ids: list[int], run_dir: str, threads: int):
-        """`data_box` = [ObjectRef of the FederatedData], boxed as for the coordinator: the run keeps the
-        reference alive, and a restarted actor resolves it again."""
+    The data is not a constructor argument: Ray restarts a crashed actor by running its constructor again, and
+    cannot promise that an object-store argument is still there (ray-project/ray#53727; it warns about every
+    such actor). So a (re)started actor answers `ping` with False until the coordinator loads it, and `load`
+    also brings back its clients' state from the run's latest checkpoint (if any)."""
+
+    def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
         import torch
         import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
 
         torch.set_num_threads(max(1, threads))
-        gpu_ids = ray.get_gpu_ids()
-        device = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-        latest = ckpt.latest_checkpoint(run_dir)
-        states = ckpt.load_client_states(latest, client_ids) if latest else {}
-        self.host = ClientHost(cfg, ray.get(data_box[0]), client_ids, states, device=device)
-        self.gpu_ids = [str(g) for g in gpu_ids]
+        self.cfg, self.client_ids, self.run_dir = cfg, client_ids, run_dir
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
+        self.host: ClientHost | None = None
 
-    def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
+    def load(self, data_box: list) -> None:
+        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive."""
+        latest = ckpt.latest_checkpoint(self.run_dir)
+        states = ckpt.load_client_states(latest, self.client_ids) if latest else {}
+        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, states, device=self.device)
+
+    def call_many(self, method: str, payload, cids: list[int],
+                  round_idx: int) -> tuple[dict[int, Any], dict[int, str]] | None:
         """The host's `method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
-        ({client: result}, {client: error}). A client that raises fails alone, with its error in one line."""
+        ({client: result}, {client: error}). A client that raises fails alone, with its error in one line.
+        None: this actor was restarted and is not loaded yet."""
+        if self.host is None:
+            return None
         calls = {"pre_round": self.host.pre_round, "update": self.host.update, "evaluate": self.host.evaluate,
                  "setup_contribution": lambda _payload, cid, _round_idx: self.host.setup_contribution(cid)}
         results: dict[int, Any] = {}
@@ -57,13 +67,14 @@ class ClientActor:
         return self.host.client_states()
 
     def ping(self) -> bool:
-        return True
+        """Alive; True once loaded."""
+        return self.host is not None
 
     def info(self) -> dict[str, Any]:
         """Where this actor runs and what it was given (the cluster tests read it)."""
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": self.gpu_ids,
-                "clients": self.host.client_ids(), "device": str(self.host.device),
+                "clients": list(self.client_ids), "device": self.device,
                 "assigned": {k: v for k, v in ctx.get_assigned_resources().items()}}
 
 
@@ -99,8 +110,8 @@ class CoordinatorActor:
         resolve from the shared object store instead of receiving a copy each."""
         import torch
 
-        data_ref = data_box[0]
-        data = ray.get(data_ref)
+        self.data_box = data_box
+        data = ray.get(data_box[0])
         torch.set_num_threads(1)
         self.cfg, self.run_dir = cfg, run_dir
         self.server = Server(cfg, data)
@@ -110,7 +121,7 @@ class CoordinatorActor:
         self.groups = assign_clients(data.num_clients, num_actors)
         self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_actor, num_gpus=res.gpus_per_actor).remote(
-                cfg, [data_ref], group, run_dir, max(1, int(res.cpus_per_actor)))
+                cfg, group, run_dir, max(1, int(res.cpus_per_actor)))
             for group in self.groups
         ]
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
@@ -122,7 +133,7 @@ class CoordinatorActor:
         clear error: never a silent wait."""
         deadline = time.monotonic() + timeout
         for idx in range(len(self.actors)):
-            if not self._await_alive(idx, max(1.0, deadline - time.monotonic())):
+            if not self._await_ready(idx, max(1.0, deadline - time.monotonic())):
                 raise RuntimeError(f"client actors not placed within {timeout:g} s: the cluster lacks the CPUs/GPUs "
                                    f"for {len(self.actors)} actors (resources.num_actors, cpus_per_actor, "
                                    "gpus_per_actor)")
@@ -138,14 +149,16 @@ class CoordinatorActor:
             done, _ = ray.wait(list(pending), num_returns=1)
             actor_idx, group, attempt = pending.pop(done[0])
             try:
-                group_results, errors = ray.get(done[0])
+                answer = ray.get(done[0])
             except RayActorError:
-                if attempt == 0:
-                    self._await_alive(actor_idx)
+                answer = None  # died during the call
+            if answer is None:  # died, or restarted since the last call
+                if attempt == 0 and self._await_ready(actor_idx):
                     pending[self._call(actor_idx, method, payload_ref, group, round_idx)] = (actor_idx, group, 1)
                 else:
                     failed += group
                 continue
+            group_results, errors = answer
             results.update(group_results)
             failed += list(errors)
             for cid, error in errors.items():
@@ -155,12 +168,14 @@ class CoordinatorActor:
     def _call(self, actor_idx: int, method: str, payload_ref, cids: list[int], round_idx: int):
         return self.actors[actor_idx].call_many.remote(method, payload_ref, cids, round_idx)
 
-    def _await_alive(self, actor_idx: int, timeout: float = 120.0) -> bool:
-        """Wait until an actor answers; Ray restarts a dead one (its constructor reloads its clients' state)."""
+    def _await_ready(self, actor_idx: int, timeout: float = 120.0) -> bool:
+        """Wait until an actor answers (Ray restarts a dead one), and load it if it is new."""
         deadline = time.monotonic() + timeout
+        actor = self.actors[actor_idx]
         while time.monotonic() < deadline:
             try:
-                ray.get(self.actors[actor_idx].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
+                    ray.get(actor.load.remote(self.data_box), timeout=max(1.0, deadline - time.monotonic()))
                 return True
             except (RayActorError, GetTimeoutError):
                 time.sleep(0.5)
@@ -182,6 +197,8 @@ class CoordinatorActor:
         return self.server.round
 
     def checkpoint(self) -> str:
+        for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
+            self._await_ready(idx)
         states: dict[int, Any] = {}
         for group_states in ray.get([a.client_states.remote() for a in self.actors]):
             states.update(group_states)

@@ -93,7 +93,11 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
     data = prepare_data(cfg)
     server = Server(cfg, data)
-    actor = ClientActor.remote(cfg, [ray.put(data)], [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
+    actor = ClientActor.remote(cfg, [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
+    assert ray.get(actor.ping.remote()) is False  # alive, not loaded: a call now answers None
+    assert ray.get(actor.call_many.remote("update", None, [0], 0)) is None
+    ray.get(actor.load.remote([ray.put(data)]))
+    assert ray.get(actor.ping.remote()) is True
     payload = server.algorithm.payload(server.state, 0)
     results, errors = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
     assert sorted(results) == [0, 2] and results[2].client_id == 2

@@ -13,9 +13,10 @@ PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "installing Mooring and its dependencies into $(VENV) (PyTorch and Ray: a few minutes the first time)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP_REGISTRY) $(PY) -m pip install -q --upgrade pip
-	$(PIP_REGISTRY) $(PY) -m pip install -q -e '.[dev,cluster]'
+	$(PIP_REGISTRY) $(PY) -m pip install --upgrade pip
+	$(PIP_REGISTRY) $(PY) -m pip install --progress-bar on -e '.[dev,cluster]'
 	touch $(STAMP)
 
 # every method of the five papers next to the baselines (helper variants such as fedavg_periodic are left out)

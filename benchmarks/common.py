@@ -1,25 +1,80 @@
-"""What the benchmarks share: timing the bare in-process loop, and peak memory of a process tree."""
+"""What the benchmarks share: the bare loop as a fresh process, a temporary working directory, Ray started
+once, the fastest of interleaved runs, and peak memory of a process tree."""
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = str(REPO / "configs" / "default.yaml")
 
-def bare_loop_seconds(cfg) -> float:
-    """The floor: the same clients, steps, model and data, serially in this process, no Ray, no tracking.
-    Only the rounds are timed (data loading and model building are set-up, as they are for Mooring)."""
-    import torch._dynamo  # noqa: F401 - imported by the first optimizer; a client actor imports it at start-up
 
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import run_in_process
+@contextlib.contextmanager
+def temp_workdir(prefix: str = "mooring-bench-") -> Iterator[str]:
+    """A temporary directory, also the working directory while the benchmark runs: whatever a run writes
+    relative to it (MLflow's ./mlruns artifact root for a SQLite store, partitions, run directories) lands
+    there, never in the checkout. Removed afterwards."""
+    tmp, before = tempfile.mkdtemp(prefix=prefix), os.getcwd()
+    os.chdir(tmp)
+    try:
+        yield tmp
+    finally:
+        os.chdir(before)
+        shutil.rmtree(tmp, ignore_errors=True)
 
-    stamps: list[float] = []
-    data = prepare_data(cfg)
-    t0 = time.perf_counter()
-    run_in_process(cfg, data, on_round=lambda m: stamps.append(time.perf_counter()))
-    return stamps[-1] - t0
+
+def store_overrides(tmp: str) -> list[str]:
+    """Run directories, partitions and the MLflow store inside `tmp`."""
+    return [f"checkpoint.dir={tmp}/runs", f"data.partitions_dir={tmp}/p", f"tracking.uri=sqlite:///{tmp}/mlflow.db"]
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2) -> Iterator[None]:
+    """A local Ray instance for the benchmark's in-process runs, shut down at the end if this started it."""
+    import ray
+
+    from orchestrator.run import init_ray
+
+    started = not ray.is_initialized()
+    if started:
+        init_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def child_env() -> dict[str, str]:
+    """This checkout first on the path of a child process, so it runs the code being measured."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""), "RAY_AUTH_MODE": "disabled"}
+
+
+def bare_loop_process(config: str, overrides: list[str], cwd: str) -> tuple[float, float]:
+    """The bare loop (benchmarks/bare_loop.py) in a fresh process: (its rounds' seconds, the whole process's)."""
+    cmd = [sys.executable, "-m", "benchmarks.bare_loop", config, *(f"--set={o}" for o in overrides)]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
+    whole = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"the bare loop failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["rounds_seconds"], whole
+
+
+def reproduce(command: str) -> str:
+    return f"Reproduce: `{command}`."
 
 
 class PeakMemory:

@@ -17,7 +17,15 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from orchestrator import checkpoint as ckpt
-from orchestrator.federation import ClientHost, Server, client_costs
+from orchestrator.federation import (
+    PARTIAL_SUMS,
+    SUMMED,
+    ClientHost,
+    Server,
+    accuracies_on_test_sets,
+    client_costs,
+    sum_updates,
+)
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -46,36 +54,40 @@ class ClientActor:
         self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, states, device=self.device)
 
     def call_many(self, method: str, payload, cids: list[int],
-                  round_idx: int) -> tuple[dict[int, Any], dict[int, str]] | None:
+                  round_idx: int) -> tuple[dict[int, Any], dict[int, str], float] | None:
         """The host's `method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
-        ({client: result}, {client: error}). A client that raises fails alone, with its error in one line.
-        None: this actor was restarted and is not loaded yet."""
+        ({client: result}, {client: error}, seconds spent in the host). A client that raises fails alone, with its
+        error in one line. None: this actor was restarted and is not loaded yet."""
         if self.host is None:
             return None
-        calls = {"pre_round": self.host.pre_round, "update": self.host.update, "evaluate": self.host.evaluate,
-                 "setup_contribution": lambda _payload, cid, _round_idx: self.host.setup_contribution(cid)}
-        results: dict[int, Any] = {}
-        errors: dict[int, str] = {}
-        for cid in cids:
-            try:
-                results[cid] = calls[method](payload, cid, round_idx)
-            except Exception as err:  # noqa: BLE001 - any client failure is reported, never fatal to the actor
-                errors[cid] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        return results, errors
+        start = time.perf_counter()
+        results, errors = self.host.call_many("update" if method == SUMMED else method, payload, cids, round_idx)
+        if method == SUMMED:  # one partial sum goes back instead of every client's model
+            results = sum_updates(results)
+        return results, errors, time.perf_counter() - start
 
     def client_states(self) -> dict[int, Any]:
         return self.host.client_states()
+
+    def evaluate_global(self, state, batch_size: int) -> dict[str, float] | None | bool:
+        """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
+        return False if self.host is None else self.host.evaluate_global(state, batch_size)
 
     def ping(self) -> bool:
         """Alive; True once loaded."""
         return self.host is not None
 
     def info(self) -> dict[str, Any]:
-        """Where this actor runs and what it was given (the cluster tests read it)."""
+        """Where this actor runs, what it was given, and where its tensors are (actors.json)."""
+        import torch
+
         ctx = ray.get_runtime_context()
+        placed = self.host.placement() if self.host is not None else {}
+        peak = torch.cuda.max_memory_allocated() if self.device == "cuda" else 0
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": self.gpu_ids,
                 "clients": list(self.client_ids), "device": self.device,
-                "assigned": {k: v for k, v in ctx.get_assigned_resources().items()}}
+                "assigned": {k: v for k, v in ctx.get_assigned_resources().items()},
+                **placed, "cuda_peak_bytes": peak}
 
 
 def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
@@ -105,46 +117,93 @@ def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class CoordinatorActor:
-    def __init__(self, cfg, data_box: list, num_actors: int, run_dir: str, snapshot: dict | None = None):
-        """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
-        resolve from the shared object store instead of receiving a copy each."""
+    """Built in two steps, so that the client actors' processes start while the driver prepares the data:
+    the constructor starts the client actors; `start` gives the coordinator the data and waits for them."""
+
+    def __init__(self, cfg, num_actors: int, run_dir: str):
         import torch
 
-        self.data_box = data_box
-        data = ray.get(data_box[0])
         torch.set_num_threads(1)
         self.cfg, self.run_dir = cfg, run_dir
-        self.server = Server(cfg, data)
-        if snapshot is not None:
-            self.server.restore(snapshot)
         res = cfg.resources
-        self.groups = assign_clients(data.num_clients, num_actors)
+        self.groups = assign_clients(cfg.data.num_clients, num_actors)
         self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_actor, num_gpus=res.gpus_per_actor).remote(
                 cfg, group, run_dir, max(1, int(res.cpus_per_actor)))
             for group in self.groups
         ]
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
-        self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, cfg.train)
-        self._await_actors(cfg.resources.actor_start_timeout)
+        self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
+        self.restarts = [0] * len(self.actors)
+
+    def start(self, data_box: list, snapshot: dict | None = None) -> None:
+        """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
+        resolve from the shared object store instead of receiving a copy each."""
+        self.data_box = data_box
+        data = ray.get(data_box[0])
+        self.server = Server(self.cfg, data)
+        if snapshot is not None:
+            self.server.restore(snapshot)
+        self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, self.cfg.train)
+        self._await_actors(self.cfg.resources.actor_start_timeout)
+        self.evaluator = self._gpu_actor()
+        if self.evaluator is not None:
+            self.server.global_accuracies = self._global_accuracies_on_actor
+
+    def _gpu_actor(self) -> int | None:
+        """The first client actor that computes on a GPU: the global model is evaluated there."""
+        return next((idx for idx, info in enumerate(self.actor_info()) if info.get("device") == "cuda"), None)
+
+    def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
+        """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
+        state_ref = ray.put(state)
+        for _ in range(2):
+            try:
+                answer = ray.get(self.actors[self.evaluator].evaluate_global.remote(state_ref, self.cfg.eval.batch_size))
+            except RayActorError:
+                answer = False
+            if answer is not False:
+                return answer
+            if not self._await_ready(self.evaluator):
+                break
+        return accuracies_on_test_sets(self.server.algorithm, state, self.server.test_sets, self.cfg.eval.batch_size)
 
     def _await_actors(self, timeout: float) -> None:
-        """Every client actor placed and constructed (restarted, if its node was lost meanwhile), or one
-        clear error: never a silent wait."""
+        """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one
+        clear error: never a silent wait. The actors are loaded together, not one after another; any that died
+        meanwhile is then waited for (and loaded) on its own."""
         deadline = time.monotonic() + timeout
+        pings = [actor.ping.remote() for actor in self.actors]
+        ray.wait(pings, num_returns=len(pings), timeout=timeout)
+        loads = []
+        for actor, ping in zip(self.actors, pings):
+            try:
+                if not ray.get(ping, timeout=0):
+                    loads.append(actor.load.remote(self.data_box))
+            except (RayActorError, GetTimeoutError):
+                pass  # not up yet, or died: `_await_ready` below waits for it
+        for load in loads:
+            try:
+                ray.get(load)
+            except RayActorError:
+                pass
         for idx in range(len(self.actors)):
             if not self._await_ready(idx, max(1.0, deadline - time.monotonic())):
                 raise RuntimeError(f"client actors not placed within {timeout:g} s: the cluster lacks the CPUs/GPUs "
                                    f"for {len(self.actors)} actors (resources.num_actors, cpus_per_actor, "
                                    "gpus_per_actor)")
+        self.loaded = [True] * len(self.actors)
 
     def _gather(self, method: str, payload_ref, cids: list[int], round_idx: int) -> tuple[dict[int, Any], list[int]]:
         """`method` for each client, one call per actor; an actor's clients are retried once if it died.
         Returns ({client: result}, failed clients)."""
+        sent = time.perf_counter()
         pending = {self._call(a, method, payload_ref, group, round_idx): (a, group, 0)
                    for a, group in plan_round(cids, self.owner, len(self.actors), self.costs).items()}
+        self.server.phases.add(f"{method}: dispatch", time.perf_counter() - sent)
         results: dict[int, Any] = {}
         failed: list[int] = []
+        partials: list = []
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             actor_idx, group, attempt = pending.pop(done[0])
@@ -158,11 +217,17 @@ class CoordinatorActor:
                 else:
                     failed += group
                 continue
-            group_results, errors = answer
+            group_results, errors, host_seconds = answer
+            partials += group_results.pop(PARTIAL_SUMS, [])
+            # what a call costs beyond the host's own work: the Ray round trip, (de)serialising payload and results
+            self.server.phases.add(f"{method}: actor host work", host_seconds)
+            self.server.phases.add(f"{method}: actor call beyond it", time.perf_counter() - sent - host_seconds)
             results.update(group_results)
             failed += list(errors)
             for cid, error in errors.items():
                 print(f"round {round_idx + 1}: client {cid} failed in {method}: {error}", flush=True)
+        if method == SUMMED:
+            results[PARTIAL_SUMS] = partials
         return results, sorted(failed)
 
     def _call(self, actor_idx: int, method: str, payload_ref, cids: list[int], round_idx: int):
@@ -176,19 +241,40 @@ class CoordinatorActor:
             try:
                 if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
                     ray.get(actor.load.remote(self.data_box), timeout=max(1.0, deadline - time.monotonic()))
+                    self._loaded(actor_idx)
                 return True
             except (RayActorError, GetTimeoutError):
                 time.sleep(0.5)
         return False
 
+    def _loaded(self, actor_idx: int) -> None:
+        """Count a load after the first as a restart, and record it in actors.json."""
+        if self.loaded[actor_idx]:
+            self.restarts[actor_idx] += 1
+            self.write_actor_info()
+        self.loaded[actor_idx] = True
+
+    def write_actor_info(self) -> None:
+        """actors.json in the run directory: each client actor's node, pid, resources, and restarts so far
+        (a restarted actor's entry has its new pid)."""
+        import json
+
+        from orchestrator import storage
+
+        storage.write_bytes_atomic(storage.join(self.run_dir, "actors.json"),
+                                   json.dumps(self.actor_info(), indent=1).encode())
+
     def _call_clients(self, method: str, payload, cids: list[int], round_idx: int):
-        return self._gather(method, ray.put(payload), cids, round_idx)
+        with self.server.phases(f"{method}: payload put"):
+            payload_ref = ray.put(payload)
+        return self._gather(method, payload_ref, cids, round_idx)
 
     # ------------------------------------------------------------------ driver-facing
     def set_up(self) -> None:
         if not self.server.set_up:
             contributions, _ = self._gather("setup_contribution", None, list(range(self.server.num_clients)), 0)
             self.server.setup([contributions[c] for c in sorted(contributions)])
+        self.write_actor_info()
 
     def run_round(self) -> dict[str, Any]:
         return self.server.run_round(self._call_clients)
@@ -207,11 +293,21 @@ class CoordinatorActor:
     def final_state(self) -> dict[str, Any]:
         return self.server.state
 
-    def actor_info(self) -> list[dict[str, Any]]:
-        return ray.get([a.info.remote() for a in self.actors])
+    def actor_info(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Each client actor's `info`; with a timeout, an actor that does not answer in time (lost, or waiting
+        for a node to restart on) is listed as unreachable instead of holding up the caller."""
+        refs = [a.info.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        out = []
+        for idx, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref) if ref in ready else {"unreachable": True, "clients": self.groups[idx]})
+            except RayActorError:
+                out.append({"unreachable": True, "clients": self.groups[idx]})
+        return [info | {"restarts": n} for info, n in zip(out, self.restarts)]
 
-    def actor_handles(self) -> list:
-        return self.actors
+    def phases(self) -> dict[str, list[float]]:
+        return self.server.phases.as_dict()
 
     def pid(self) -> int:
         return os.getpid()

@@ -1,42 +1,176 @@
 """Checkpoints: everything needed to continue a run, written atomically to a path or a pyarrow.fs URI.
 
 Layout under a run directory:
-    checkpoints/round-000010/server.pt    round, global state, history, byte counters
-    checkpoints/round-000010/clients.pt   {client id: persistent client state}
-    checkpoints/LATEST                    the name of the newest complete checkpoint (written last)
+    checkpoints/round-000010/server.pt       round, global state, history, byte counters
+    checkpoints/round-000010/clients.pt      {client id: persistent client state}
+    checkpoints/round-000010/manifest.json   round, and each file's size and sha256 (written after the files)
+    checkpoints/LATEST                       the name of the newest complete checkpoint (written last)
 
 Client sampling and every client's randomness derive from (seed, round, client), so the round number is
-the whole RNG state. Files are read with `weights_only=True`: loading never executes pickled code.
+the whole RNG state. Before a resume, `checkpoint_to_resume` checks a checkpoint against its manifest and
+loads both files with `weights_only=True` on the driver: loading never executes pickled code, and a bad
+file is one line that names it and the newest intact checkpoint before it.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from typing import Any
 
 from orchestrator import storage
+
+CHECKPOINT_NAME = re.compile(r"round-(\d{6,})")
+FILES = ("server.pt", "clients.pt")
+SNAPSHOT_KEYS = {"round", "state", "history", "bytes_total", "set_up"}
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be resumed from; the message is one line naming the bad file."""
 
 
 def checkpoints_dir(run_dir: str) -> str:
     return storage.join(run_dir, "checkpoints")
 
 
+def checkpoint_name(round_idx: int) -> str:
+    return f"round-{round_idx:06d}"
+
+
+def manifest_entry(data: bytes) -> dict[str, Any]:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def write_checkpoint(run_dir: str, server_snapshot: dict[str, Any], client_states: dict[int, Any]) -> str:
-    name = f"round-{server_snapshot['round']:06d}"
+    name = checkpoint_name(server_snapshot["round"])
     base = storage.join(checkpoints_dir(run_dir), name)
-    storage.write_bytes_atomic(storage.join(base, "clients.pt"), storage.torch_bytes(client_states))
-    storage.write_bytes_atomic(storage.join(base, "server.pt"), storage.torch_bytes(server_snapshot))
-    storage.write_bytes_atomic(storage.join(checkpoints_dir(run_dir), "LATEST"), name.encode())
+    files = {"clients.pt": storage.torch_bytes(client_states), "server.pt": storage.torch_bytes(server_snapshot)}
+    for file_name, data in files.items():
+        storage.write_bytes_atomic(storage.join(base, file_name), data)
+    manifest = {"round": server_snapshot["round"], "files": {k: manifest_entry(v) for k, v in files.items()}}
+    storage.write_bytes_atomic(storage.join(base, "manifest.json"), json.dumps(manifest, indent=1).encode())
+    mark_latest(run_dir, name)
     return base
 
 
+def mark_latest(run_dir: str, name: str) -> None:
+    storage.write_bytes_atomic(storage.join(checkpoints_dir(run_dir), "LATEST"), name.encode())
+
+
 def latest_checkpoint(run_dir: str | None) -> str | None:
+    """The checkpoint LATEST names, if it names one of this run's checkpoints (never a path elsewhere)."""
     if not run_dir:
         return None
     marker = storage.join(checkpoints_dir(run_dir), "LATEST")
     if not storage.exists(marker):
         return None
-    return storage.join(checkpoints_dir(run_dir), storage.read_bytes(marker).decode().strip())
+    name = storage.read_bytes(marker).decode(errors="replace").strip()
+    if not CHECKPOINT_NAME.fullmatch(name):
+        return None
+    return storage.join(checkpoints_dir(run_dir), name)
 
 
+def checkpoint_rounds(run_dir: str) -> list[int]:
+    """The rounds of the checkpoint directories present, ascending."""
+    names = storage.list_dir(checkpoints_dir(run_dir))
+    return sorted(int(m.group(1)) for m in map(CHECKPOINT_NAME.fullmatch, names) if m)
+
+
+# ------------------------------------------------------------------------------------- verification
+def verify_checkpoint(checkpoint: str) -> None:
+    """Raise CheckpointError naming the first bad file: manifest missing or unreadable, a file missing, of
+    the wrong size or hash, or not loadable as tensors and plain containers."""
+    manifest_path = storage.join(checkpoint, "manifest.json")
+    if not storage.exists(manifest_path):
+        raise CheckpointError(f"{manifest_path}: missing (the checkpoint is incomplete or predates manifests)")
+    try:
+        manifest = json.loads(storage.read_bytes(manifest_path))
+        expected = {name: manifest["files"][name] for name in FILES}
+        round_idx = int(manifest["round"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{manifest_path}: not a valid manifest ({type(e).__name__}: {e})") from None
+    for name in FILES:
+        path = storage.join(checkpoint, name)
+        if not storage.exists(path):
+            raise CheckpointError(f"{path}: missing")
+        data = storage.read_bytes(path)
+        if manifest_entry(data) != expected[name]:
+            raise CheckpointError(f"{path}: {len(data)} bytes with sha256 {manifest_entry(data)['sha256'][:12]}…, "
+                                  f"the manifest says {expected[name].get('size')} bytes with sha256 "
+                                  f"{str(expected[name].get('sha256'))[:12]}… (truncated or altered)")
+        contents = load_safely(path, data)
+        if name == "server.pt" and (not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents)
+                                    or contents["round"] != round_idx):
+            raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
+        if name == "clients.pt" and not isinstance(contents, dict):
+            raise CheckpointError(f"{path}: not a mapping of client states")
+
+
+def load_safely(path: str, data: bytes):
+    import pickle
+
+    try:
+        return storage.torch_load_safe(data)
+    except pickle.UnpicklingError as e:
+        refused = next((line.strip() for line in str(e).splitlines() if "Unsupported" in line), "")
+        raise CheckpointError(f"{path}: holds objects other than tensors and plain containers, refused without "
+                              f"running them ({refused[:160] or 'UnpicklingError'})") from None
+    except Exception as e:  # noqa: BLE001 - truncated zip, wrong format, anything else: all mean "bad file"
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise CheckpointError(f"{path}: not a loadable checkpoint file ({type(e).__name__}: {first})") from None
+
+
+def newest_intact_before(run_dir: str, round_idx: int) -> int | None:
+    for earlier in reversed([r for r in checkpoint_rounds(run_dir) if r < round_idx]):
+        try:
+            verify_checkpoint(storage.join(checkpoints_dir(run_dir), checkpoint_name(earlier)))
+            return earlier
+        except CheckpointError:
+            continue
+    return None
+
+
+def checkpoint_to_resume(run_dir: str, from_round: int | None = None) -> str | None:
+    """The verified checkpoint a resume starts from: LATEST's, or round `from_round`'s; None when the run
+    has none yet (it starts from round 0). Any problem is one CheckpointError line with the way out."""
+    rounds = checkpoint_rounds(run_dir)
+    if from_round is not None:
+        if from_round not in rounds:
+            have = ", ".join(map(str, rounds)) or "none"
+            raise CheckpointError(f"--from-round {from_round}: {run_dir} has no checkpoint of that round "
+                                  f"(checkpointed rounds: {have})")
+        round_idx = from_round
+    else:
+        marker = storage.join(checkpoints_dir(run_dir), "LATEST")
+        if not storage.exists(marker):
+            if rounds:
+                raise CheckpointError(f"{marker}: missing although checkpoints exist; "
+                                      + way_out(run_dir, newest_intact_before(run_dir, rounds[-1] + 1), "is"))
+            return None
+        name = storage.read_bytes(marker).decode(errors="replace").strip()
+        match = CHECKPOINT_NAME.fullmatch(name)
+        if not match or int(match.group(1)) not in rounds:
+            shown = name if name.isprintable() else name.encode("unicode_escape").decode()
+            newest = rounds[-1] + 1 if rounds else 0
+            raise CheckpointError(f"{marker}: names {shown[:80]!r}, not a checkpoint of this run; "
+                                  + way_out(run_dir, newest_intact_before(run_dir, newest), "is"))
+        round_idx = int(match.group(1))
+    checkpoint = storage.join(checkpoints_dir(run_dir), checkpoint_name(round_idx))
+    try:
+        verify_checkpoint(checkpoint)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; {way_out(run_dir, newest_intact_before(run_dir, round_idx))}") from None
+    return checkpoint
+
+
+def way_out(run_dir: str, intact_round: int | None, relation: str = "before it is") -> str:
+    if intact_round is None:
+        return "no intact checkpoint to resume from: start the run again"
+    return (f"the newest intact checkpoint {relation} round {intact_round}: resume with "
+            f"`mooring run --resume {run_dir} --from-round {intact_round}`")
+
+
+# -------------------------------------------------------------------------------------------- loading
 def load_server_snapshot(checkpoint: str) -> dict[str, Any]:
     return storage.torch_load_safe(storage.read_bytes(storage.join(checkpoint, "server.pt")))
 

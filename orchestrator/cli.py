@@ -29,20 +29,11 @@ USAGE_ERROR = 2
 RUN_ERROR = 1
 
 
-def available_commands() -> dict[str, tuple[str, str]]:
-    """The commands whose modules exist in this checkout."""
-    found = {}
-    for name, (module, help_text) in COMMANDS.items():
-        if importlib.util.find_spec(module) is not None:
-            found[name] = (module, help_text)
-    return found
-
-
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="mooring", description="Federated learning on heterogeneous data, on Ray.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
-    for name, (module_name, help_text) in available_commands().items():
+    for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
         module.configure(sub.add_parser(name, help=help_text, description=help_text))
         modules[name] = module
@@ -51,11 +42,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
 
 def known_errors() -> tuple[type[BaseException], ...]:
     from orchestrator.config import ConfigError
-    from orchestrator.run import RunError
+    from orchestrator.run import RunError, RunInterrupted
     from tasks.data.datasets import DatasetNotFound
     from tasks.data.partition import PartitionError
 
-    return ConfigError, RunError, DatasetNotFound, PartitionError
+    return ConfigError, RunError, RunInterrupted, DatasetNotFound, PartitionError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,13 +59,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(modules[args.command].main(args) or 0)
     except errors as e:
-        print(f"error: {e}", file=sys.stderr)
-        from orchestrator.run import RunError
+        from orchestrator.run import RunError, RunInterrupted
 
+        if isinstance(e, RunInterrupted):
+            print(f"interrupted: {e}", file=sys.stderr)
+            return 128 + e.signum
+        print(f"error: {e}", file=sys.stderr)
         return RUN_ERROR if isinstance(e, RunError) else USAGE_ERROR
+    except OSError as e:  # the environment: a disk full, a directory that vanished, a permission
+        print(f"error: {io_problem(e)}", file=sys.stderr)
+        return RUN_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def io_problem(err: OSError) -> str:
+    """An I/O failure as one line: the path and the problem."""
+    what = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    path = err.filename if err.filename is not None else None
+    return f"{path}: {what}" if path else f"{type(err).__name__}: {what}"
 
 
 if __name__ == "__main__":

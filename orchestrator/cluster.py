@@ -264,6 +264,56 @@ def local_path_problems(configs: list, storage: str | None, needs_storage: bool)
     return problems
 
 
+def anchored(url: str, root: Path) -> str:
+    """A relative local path or sqlite:/file: URL made absolute under `root`; anything else unchanged."""
+    for prefix in ("sqlite:///", "file:"):
+        if url.startswith(prefix) and not Path(url.removeprefix(prefix)).is_absolute():
+            return prefix + str(root / url.removeprefix(prefix))
+    return str(root / url) if is_relative_local(url) else url
+
+
+def anchor_local_paths(pipeline: str, parsed, configs: list, storage: str | None, root: Path) -> list[str]:
+    """--allow-local-paths (a single-node cluster, submitted from the head node): the job's relative local
+    paths pointed at this checkout instead of Ray's temporary copy of it, where nobody would find them. The
+    arguments to append to the job's own (later values win)."""
+    cfg, extra = configs[0], []
+    if cfg.tracking.enabled and tracking_problem(cfg):
+        extra.append(f"tracking.uri={anchored(cfg.tracking.uri or 'sqlite:///mlflow.db', root)}")
+    for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir)):
+        if is_relative_local(value):
+            extra.append(f"{key}={anchored(value, root)}")
+    args = [a for kv in extra for a in ("--set", kv)]
+    if pipeline == "compare" and is_relative_local(parsed.out):
+        args += ["--out", anchored(parsed.out, root)]
+    if pipeline == "sweep" and storage_problem(storage):
+        args += ["--storage", anchored(storage or "sqlite:///optuna.db", root)]
+    if getattr(parsed, "resume", None) and is_relative_local(parsed.resume):
+        args += ["--resume", anchored(parsed.resume, root)]
+    return args
+
+
+def literal_password_problems(configs: list, storage: str | None) -> list[str]:
+    """Store URIs whose password is written out: the entrypoint, which the dashboard shows, would carry it."""
+    uris = [("tracking.uri", cfg.tracking.uri) for cfg in configs if cfg.tracking.uri] + [("--storage", storage)]
+    problems = []
+    for name, uri in uris:
+        try:
+            password = urlparse(uri).password if uri else None
+        except ValueError:  # a malformed netloc: the pipeline reports it
+            password = None
+        if password and not is_cluster_reference(password) and name not in problems:
+            problems.append(name)
+    return problems
+
+
+def refuse_literal_passwords(problems: list[str]) -> None:
+    if problems:
+        raise failure(
+            f"{' and '.join(problems)} {'carry' if len(problems) > 1 else 'carries'} a literal password, which "
+            "the job's entrypoint would show on the dashboard: write it as '$NAME' (an environment variable of the cluster's nodes, for example "
+            "--storage 'postgresql://user:$PGPASSWORD@db:5432/optuna'), or pass --allow-literal-password")
+
+
 def refuse_local_paths(problems: list[str]) -> None:
     if problems:
         raise failure(

@@ -7,8 +7,9 @@ runs under any algorithm by switching `algorithm.name`.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -44,7 +45,16 @@ def validate_block(schema: type[BaseModel], block: dict | None, prefix: str) -> 
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Unknown keys are errors; so are infinite and NaN floats (a learning rate of .inf trains nothing)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# numpy's and scikit-learn's random states take 0 .. 2**32 - 1
+SEED_MAX = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+# a run name becomes one directory under checkpoint.dir: a name, never a path
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -54,6 +64,8 @@ class PartitionConfig(Strict):
     min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
     cap: bool = Field(False, description="cap each client at N/K samples (fednh.md §7, fedsa.md §6)")
     classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
+    min_classes: int = Field(1, ge=1, description="Dirichlet: redraw until every client holds at least this many "
+                             "classes (fednh.md §7: 2)")
 
 
 class DomainConfig(Strict):
@@ -74,7 +86,7 @@ class SyntheticConfig(Strict):
     channels: int = Field(1, ge=1)
     size: int = Field(8, ge=2)
     noise: float = Field(1.0, ge=0)
-    seed: int = 0
+    seed: Seed = 0
 
 
 DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100")
@@ -86,8 +98,9 @@ class DataConfig(Strict):
     download: bool = False
     emnist_split: str = "balanced"
     num_clients: int = Field(10, ge=1)
-    test_fraction: float = Field(0.3, gt=0, lt=1, description="global test share for digits/synthetic")
-    split_seed: int | None = Field(None, description="random state of the train/test split; null: the run seed")
+    test_fraction: float = Field(0.3, ge=0, lt=1, description="global test share for digits/synthetic; 0: no global "
+                                 "test set, every sample goes to the clients (methods without a global model)")
+    split_seed: Seed | None = Field(None, description="random state of the train/test split; null: the run seed")
     client_test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client test split (personalized eval)")
     partitions_dir: str = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
     pad: int = Field(0, ge=0)
@@ -106,10 +119,22 @@ class DataConfig(Strict):
 
 # --------------------------------------------------------------------------------------------- model
 class ModelConfig(BaseModel):
-    """`name` plus that model's own options (validated against its params schema)."""
+    """`name`, the initialisation, plus that model's own options (validated against its params schema)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
     name: str = "mlp"
+    init: str = Field("torch_default", description="weight initialisation of every Linear/Conv layer "
+                             "(tasks/models/init.py); schemes other than torch_default zero the biases")
+    head_init: str | None = Field(None, description="the classifier's initialisation; null: the same as init")
+
+    @field_validator("init", "head_init")
+    @classmethod
+    def known_init(cls, v: str | None) -> str | None:
+        from tasks.models import INIT_SCHEMES
+
+        if v is not None and v not in INIT_SCHEMES:
+            raise ValueError(f"unknown initialisation; allowed: {', '.join(INIT_SCHEMES)}")
+        return v
 
     @model_validator(mode="after")
     def known_model(self) -> ModelConfig:
@@ -169,7 +194,7 @@ class ScheduleConfig(Strict):
 
 
 class TrainConfig(Strict):
-    rounds: int = Field(20, ge=0)
+    rounds: int = Field(20, ge=1)
     clients_per_round: int | None = Field(None, ge=1, description="overrides fraction")
     fraction: float = Field(1.0, gt=0, le=1, description="share of clients sampled each round")
     local_epochs: int = Field(1, ge=1)
@@ -179,11 +204,20 @@ class TrainConfig(Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     grad_clip: float | None = Field(None, gt=0)
+    engine: Literal["auto", "sequential", "vectorized"] = Field(
+        "sequential", description="sequential: one client at a time (the bitwise reference); vectorized: an actor's "
+        "clients together (torch.func); auto: vectorized where the method and model allow it")
+    on_nonfinite_loss: Literal["stop", "continue"] = Field(
+        "stop", description="a client's training loss is NaN or infinite: stop the run (naming the round and "
+                            "the client), or continue")
 
 
 class EvalConfig(Strict):
     every: int = Field(1, ge=1)
     batch_size: int = Field(1024, ge=1)
+    diagnostics: bool = Field(False, description="log the cross-method diagnostics every round "
+                              "(feature distance, classifier-update cosine, classifier movement: tasks/algorithms/diagnostics.py)")
+    probe_per_class: int = Field(10, ge=1, description="probe images per class and test set for the feature distance")
 
 
 class ResourcesConfig(Strict):
@@ -192,6 +226,9 @@ class ResourcesConfig(Strict):
     gpus_per_actor: float = Field(0.0, ge=0, le=1, description="fraction of a GPU per client actor")
     max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
     actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
+    partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
+                               "not each model, where the method averages them as FedAvg does; the history then "
+                               "depends on the number of actors in the last float32 bit (README)")
 
 
 class TrackingConfig(Strict):
@@ -218,12 +255,20 @@ class ClaimCheck(Strict):
     max_p: float | None = Field(None, gt=0, le=1, description="also require a one-sided paired t-test p below this")
 
 
+class ClaimsBudget(Strict):
+    """Another budget of the same protocol (`mooring claims --budget NAME`), e.g. the spec's full one."""
+
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys set on every run")
+    seeds: list[int] | None = Field(None, description="replace the protocol's seeds")
+    settings: dict[str, dict[str, Any]] | None = Field(None, description="replace the protocol's settings")
+
+
 class ClaimsConfig(Strict):
     """A paper's small-scale protocol: settings × methods × seeds, and the statements to check.
 
     `mooring run` ignores this block and runs the experiment above it; `mooring claims` runs the protocol.
     Metrics are "KEY:AGG": KEY a history metric (accuracy, accuracy_worst, personalized_accuracy, ...), AGG one
-    of final, best, last5, top5."""
+    of final, best, last5, top5, last5_sync (pipelines/compare.py)."""
 
     title: str
     spec: str = ""
@@ -232,12 +277,14 @@ class ClaimsConfig(Strict):
     settings: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}})
     methods: dict[str, dict[str, Any]]
     checks: list[ClaimCheck] = Field(default_factory=list)
+    budgets: dict[str, ClaimsBudget] = Field(default_factory=dict, description="named alternatives to the default "
+                                             "(short) budget; `full` is the spec's protocol")
     notes: str = ""
 
 
 class ExperimentConfig(Strict):
-    name: str = "default"
-    seed: int = 0
+    name: str = Field("default", description="the run directory's name starts with it: letters, digits, . _ + -")
+    seed: Seed = 0
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -247,6 +294,14 @@ class ExperimentConfig(Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     claims: ClaimsConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def name_not_path(cls, v: str) -> str:
+        if not RUN_NAME.fullmatch(v):
+            raise ValueError("must be a name, not a path: 1-128 letters, digits, '.', '_', '+' or '-', "
+                             "starting with a letter or digit")
+        return v
 
     @model_validator(mode="after")
     def participation_fits(self) -> ExperimentConfig:
@@ -337,7 +392,23 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+    return parse_yaml_mapping(text, path)
+
+
+def parse_yaml_mapping(text: str, path: str | Path) -> dict[str, Any]:
+    """YAML text → the top-level mapping; plain data only (`safe_load`: a `!!python/...` tag is an error)."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: refused YAML tag{where} ({e.problem}); only plain data (mappings, lists, "
+                          "strings, numbers) is read") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

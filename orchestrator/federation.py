@@ -7,16 +7,21 @@ bare-loop floor) and on Ray (orchestrator/actors.py), with the same numbers: eve
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from orchestrator.phases import Phases
 from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
-from tasks.algorithms.base import count_correct, derive_seed, nbytes, seeded_generator
+from tasks.algorithms.base import State, count_correct, derive_seed, nbytes, seeded_generator, to_device
+from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
+from tasks.algorithms.engines import ClientRound, choose_engine, train_vectorized
 from tasks.data.federated import FederatedData
 
 SAMPLING_STREAM = 0x5A3
@@ -35,7 +40,8 @@ def train_settings(cfg) -> TrainSettings:
 
 def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algorithm:
     setup = Setup(num_classes=num_classes, input_shape=tuple(input_shape), num_clients=cfg.data.num_clients,
-                  model_name=cfg.model.name, model_options=cfg.model.options, train=train_settings(cfg), seed=cfg.seed)
+                  model_name=cfg.model.name, model_options=cfg.model.options, model_init=cfg.model.init,
+                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed)
     return ALGORITHMS.get(cfg.algorithm.name)(cfg.algorithm.params_for(), setup)
 
 
@@ -45,7 +51,11 @@ class ClientHost:
 
     It can also train a guest: a client hosted elsewhere, of a method whose clients keep no state
     (`keeps_client_state = False`), sent here to balance a round. A guest's data is built on demand (the
-    last few are cached) and nothing of it stays."""
+    last few are cached) and nothing of it stays.
+
+    Devices, in this one place: the hosted shards live on the host's device (a GPU: no copy per batch), a
+    round's payload is moved there once, and whatever leaves the host (updates, contributions, client states,
+    hence checkpoints) is moved back to the CPU, so the coordinator never holds a CUDA tensor."""
 
     def __init__(self, cfg, data: FederatedData, client_ids: list[int], client_states: dict[int, Any] | None = None,
                  device: str = "cpu"):
@@ -58,16 +68,27 @@ class ClientHost:
         self.data = {cid: self._build_data(cid) for cid in client_ids}
         self.guests: OrderedDict[int, Any] = OrderedDict()
         self.states: dict[int, Any] = dict(client_states or {})
+        self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self._payload_received: Any = None
+        self._payload_here: Any = None
+        self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _build_data(self, cid: int):
-        """A client's shard; personalized methods also see the global test set, one copy per domain shared by
-        every client of that domain (not one per client: 1,000 clients would hold 1,000 copies)."""
-        data = self.federated.client_data(cid)
+        """A client's shard, on this host's device; personalized methods also see the global test set, one
+        copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
+        1,000 copies)."""
+        data = to_device(self.federated.client_data(cid), self.device)
         if self.algorithm.personalized:
             if data.domain not in self.global_tests:
-                self.global_tests[data.domain] = self.federated.global_test(data.domain)
+                self.global_tests[data.domain] = to_device(self.federated.global_test(data.domain), self.device)
             data.global_x_test, data.global_y_test = self.global_tests[data.domain]
         return data
+
+    def _here(self, payload):
+        """The payload on this host's device, moved once for all the clients it is sent to."""
+        if payload is not self._payload_received:
+            self._payload_received, self._payload_here = payload, to_device(payload, self.device)
+        return self._payload_here
 
     def _data(self, cid: int):
         if cid in self.data:
@@ -87,30 +108,120 @@ class ClientHost:
             self.states[cid] = self.algorithm.init_client(self.data[cid])
         return self.states[cid]
 
-    def _context(self, cid: int, round_idx: int) -> RoundContext:
-        torch.manual_seed(derive_seed(self.cfg.seed, round_idx, cid, 1))  # dropout and other torch-global draws
+    def _context(self, cid: int, round_idx: int, seed_torch: bool = True) -> RoundContext:
+        if seed_torch:  # dropout and other torch-global draws (the vectorized engine refuses models that make any)
+            torch.manual_seed(derive_seed(self.cfg.seed, round_idx, cid, 1))
         return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
                             generator=seeded_generator(self.cfg.seed, round_idx, cid), device=self.device)
 
     def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
         start = time.perf_counter()
         data = self._data(cid)
-        update, state = self.algorithm.client_update(payload, data, self._state(cid), self._context(cid, round_idx))
+        update, state = self.algorithm.client_update(self._here(payload), data, self._state(cid),
+                                                     self._context(cid, round_idx))
         if cid in self.data:
-            self.states[cid] = state
+            self.states[cid] = to_device(state, "cpu")
+        update = to_device(update, "cpu")
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
 
+    def update_many(self, payload, cids: list[int], round_idx: int,
+                    errors: dict[int, str] | None = None) -> dict[int, ClientUpdate]:
+        """The round's updates of `cids`: one after another (sequential), or trained together, one batch of
+        clients per architecture (vectorized). With `errors`, a client that fails before or after training is
+        left out and its error recorded there; without, it raises."""
+        if self.engine == "sequential":
+            return {cid: self.update(payload, cid, round_idx) for cid in cids}
+
+        def guarded(cid: int, work):
+            if errors is None:
+                return work()
+            try:
+                return work()
+            except Exception as err:  # noqa: BLE001 - reported per client
+                errors[cid] = one_line(err)
+                return None
+
+        start = time.perf_counter()
+        rounds: dict[Any, list[tuple[int, ClientRound]]] = {}
+        for cid in cids:
+            prepared = guarded(cid, lambda cid=cid: self._client_round(payload, cid, round_idx))
+            if prepared is not None:
+                rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
+        updates: dict[int, ClientUpdate] = {}
+        for key, group in rounds.items():
+            trained = train_vectorized(self.algorithm, self.algorithm.working_model(key=key), [r for _, r in group])
+            for (cid, r), result in zip(group, trained):
+                update = guarded(cid, lambda cid=cid, r=r, result=result: self._finish(payload, cid, r, result))
+                if update is not None:
+                    updates[cid] = update
+        seconds = (time.perf_counter() - start) / max(1, len(cids))  # the clients' share of the batch's time
+        for update in updates.values():
+            update.metrics.setdefault("seconds", seconds)
+        return {cid: updates[cid] for cid in cids if cid in updates}
+
+    def _client_round(self, payload, cid: int, round_idx: int) -> ClientRound:
+        data = self._data(cid)
+        ctx = self._context(cid, round_idx, seed_torch=False)
+        return ClientRound(data, ctx, self.algorithm.local_objective(self._here(payload), data, self._state(cid), ctx))
+
+    def _finish(self, payload, cid: int, r: ClientRound, result) -> ClientUpdate:
+        update, state = self.algorithm.client_result(result.state, result.train_loss, self._here(payload), r.data,
+                                                     self._state(cid), r.ctx)
+        if cid in self.data:
+            self.states[cid] = to_device(state, "cpu")
+        return to_device(update, "cpu")
+
+    def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
+        """`method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
+        ({client: result}, {client: error}). A client that raises fails alone, with its error in one line; on the
+        vectorized engine a failed batch of updates fails its clients together."""
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        if method == "update" and self.engine != "sequential":
+            try:
+                return self.update_many(payload, cids, round_idx, errors), errors
+            except Exception as err:  # noqa: BLE001 - training failed: its clients fail together, the actor goes on
+                return {}, {**{cid: one_line(err) for cid in cids}, **errors}
+        calls = {"pre_round": self.pre_round, "update": self.update, "evaluate": self.evaluate,
+                 "setup_contribution": lambda _payload, cid, _round_idx: self.setup_contribution(cid)}
+        for cid in cids:
+            try:
+                results[cid] = calls[method](payload, cid, round_idx)
+            except Exception as err:  # noqa: BLE001 - any client failure is reported, never fatal to the actor
+                errors[cid] = one_line(err)
+        return results, errors
+
     def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
         data = self._data(cid)
-        return self.algorithm.client_evaluate(payload, data, self._state(cid), self._context(cid, round_idx))
+        return to_device(self.algorithm.client_evaluate(self._here(payload), data, self._state(cid),
+                                                        self._context(cid, round_idx)), "cpu")
 
     def pre_round(self, payload, cid: int, round_idx: int):
         data = self._data(cid)
-        return self.algorithm.client_pre_round(payload, data, self._state(cid), self._context(cid, round_idx))
+        return to_device(self.algorithm.client_pre_round(self._here(payload), data, self._state(cid),
+                                                         self._context(cid, round_idx)), "cpu")
 
     def setup_contribution(self, cid: int):
-        return self.algorithm.client_setup(self._data(cid), seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
+        contribution = self.algorithm.client_setup(self._data(cid), seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
+        return to_device(contribution, "cpu")
+
+    def evaluate_global(self, state: State, batch_size: int) -> dict[str, float] | None:
+        """The global model's accuracy on each global test set, computed on this host's device (the GPU where
+        the run has one, rather than the coordinator's CPU); None for a method without a global model."""
+        if self._test_sets is None:
+            self._test_sets = to_device(self.federated.test_sets(), self.device)
+        return accuracies_on_test_sets(self.algorithm, to_device(state, self.device), self._test_sets, batch_size,
+                                       self.device)
+
+    def placement(self) -> dict[str, Any]:
+        """Where this host's tensors are: its clients' shards, and the working models that have trained (their
+        parameters hold gradients; frozen and evaluation-only models have none)."""
+        models = self.algorithm._model_cache.values()
+        shard = next(iter(self.data.values()), None)
+        trained = {str(p.device) for m in models for p in m.parameters() if p.grad is not None}
+        return {"data_device": str(shard.x.device) if shard is not None else None,
+                "trained_model_devices": sorted(trained)}
 
     def client_states(self, cids: list[int] | None = None) -> dict[int, Any]:
         return {cid: self.states[cid] for cid in (cids or self.states) if cid in self.states}
@@ -122,6 +233,10 @@ class ClientHost:
         return True
 
 
+def one_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
 def client_costs(data: FederatedData, train) -> list[float]:
     """Each client's local work in optimizer steps (what balancing clients over actors weighs)."""
     if train.local_steps:
@@ -130,7 +245,89 @@ def client_costs(data: FederatedData, train) -> list[float]:
     return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
 
 
+# ------------------------------------------------------------------------------------- partial sums
+SUMMED = "update_summed"  # the "update" call whose results also hold partial sums (resources.partial_sums)
+PARTIAL_SUMS = -1  # the results' key, never a client id, under which the partial sums come back
+
+
+@dataclass
+class PartialSum:
+    """Some clients' models folded where they trained: Σ_k n_k·θ_k in float64 over those clients (taken in
+    client-id order), Σ_k n_k, the non-float tensors of the first of them, and the bytes their models took."""
+
+    first_client: int
+    weight: float
+    sums: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    bytes_sent: int
+
+
+def sum_updates(results: dict[int, ClientUpdate]) -> dict[int, Any]:
+    """The updates without their model tensors, plus one `PartialSum` of them under PARTIAL_SUMS."""
+    cids = sorted(results)
+    if not cids:
+        return {PARTIAL_SUMS: []}
+    first = results[cids[0]].tensors
+    sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in first.items() if torch.is_floating_point(v)}
+    for cid in cids:
+        update = results[cid]
+        for key, acc in sums.items():
+            acc += update.tensors[key].to(torch.float64) * update.num_samples
+    partial = PartialSum(cids[0], float(sum(results[c].num_samples for c in cids)), sums,
+                         {k: v for k, v in first.items() if k not in sums}, sum(nbytes(results[c].tensors) for c in cids))
+    stripped: dict[int, Any] = {cid: replace(results[cid], tensors={}) for cid in cids}
+    stripped[PARTIAL_SUMS] = [partial]
+    return stripped
+
+
+def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Σ over partials of their sums, in the order of their first clients, ÷ Σ of their weights, in each tensor's
+    own dtype; non-float tensors from the partial of the lowest client id (as FedAvg takes its first client's)."""
+    partials = sorted(partials, key=lambda p: p.first_client)
+    total = sum(p.weight for p in partials)
+    out = dict(partials[0].buffers)
+    for key in partials[0].sums:
+        acc = partials[0].sums[key].clone()
+        for partial in partials[1:]:
+            acc += partial.sums[key]
+        out[key] = (acc / total).to(reference[key].dtype)
+    return {key: out[key] for key in reference}
+
+
+def sums_updates(algorithm: Algorithm, cfg) -> bool:
+    """Whether this run's actors return partial sums: asked for, and the method's aggregation and round
+    metrics are FedAvg's (a weighted mean of the client models, nothing else read from them)."""
+    kind = type(algorithm)
+    return (cfg.resources.partial_sums and algorithm.has_global_model
+            and kind.aggregate is Algorithm.aggregate and kind.round_metrics is Algorithm.round_metrics)
+
+
+def accuracies_on_test_sets(algorithm: Algorithm, state: State,
+                            test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]], batch_size: int,
+                            device: torch.device | str = "cpu") -> dict[str, float] | None:
+    """{test set: accuracy} of the global model in `state`, evaluated on `device`; None without a global model."""
+    model = algorithm.global_model(state)
+    if model is None:
+        return None
+    model.to(device)
+    return {name: count_correct(model, x, y, batch_size) / max(1, len(y)) for name, (x, y) in test_sets.items()}
+
+
 # ------------------------------------------------------------------------------------------- server
+class NonFiniteLoss(ValueError):
+    """A client's training loss was NaN or infinite (train.on_nonfinite_loss = stop)."""
+
+
+def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int) -> None:
+    """Before aggregation, so the global state stays the last finite one."""
+    for cid in sorted(results):
+        loss = results[cid].metrics.get("train_loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLoss(f"round {round_idx + 1}: client {cid} reported training loss {float(loss)}; lower "
+                                "train.optimizer.lr (or set train.grad_clip), or set "
+                                "train.on_nonfinite_loss=continue to go on regardless")
+
+
 def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
     """The clients of round t: uniform without replacement, from (seed, t) alone."""
     if per_round >= num_clients:
@@ -146,6 +343,10 @@ CallClients = Callable[[str, Any, list[int], int], tuple[dict[int, Any], list[in
 
 def in_process_calls(host: ClientHost) -> CallClients:
     def call(method: str, payload, cids: list[int], round_idx: int):
+        if method == SUMMED:
+            return sum_updates(host.update_many(payload, cids, round_idx)), []
+        if method == "update":
+            return host.update_many(payload, cids, round_idx), []
         return {c: getattr(host, method)(payload, c, round_idx) for c in cids}, []
     return call
 
@@ -156,13 +357,20 @@ class Server:
     def __init__(self, cfg, data: FederatedData):
         self.cfg = cfg
         self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
-        self.test_sets = data.test_sets()
+        self.test_sets = {k: xy for k, xy in data.test_sets().items() if len(xy[1])}  # none with test_fraction 0
+        self.probe = probe_inputs(self.test_sets, cfg.eval.probe_per_class) if cfg.eval.diagnostics else None
         self.num_clients = data.num_clients
         self.round = 0
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
         self.bytes_total = 0
-        self.set_up = not self.algorithm.needs_setup
+        self.set_up = not self.algorithm.needs_setup()
+        self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
+        self.summed = sums_updates(self.algorithm, cfg)
+        # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
+        # clients' compute is (orchestrator/actors.py: a client actor's GPU)
+        self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
+            self.algorithm, state, self.test_sets, self.cfg.eval.batch_size)
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
@@ -179,23 +387,39 @@ class Server:
         self.set_up = True
 
     def run_round(self, call: CallClients) -> dict[str, Any]:
-        t = self.round
-        sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
-        payload = self.algorithm.payload(self.state, t)
-        cids, failed, pre_bytes = sampled, [], 0
-        if self.algorithm.pre_round_exchange:
-            contributions, failed = call("pre_round", payload, sampled, t)
-            cids = sorted(contributions)  # a client that failed here sits this round out
-            pre_bytes = nbytes([contributions[c] for c in cids])
-            self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
+        t, phase = self.round, self.phases
+        with phase("round: sample, payload"):
+            sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
             payload = self.algorithm.payload(self.state, t)
-        results, failed_training = call("update", payload, cids, t)
-        updates = [results[c] for c in sorted(results)]
-        self.state = self.algorithm.aggregate(self.state, updates, t)
+        cids, failed, pre_bytes = sampled, [], 0
+        if self.algorithm.exchanges_before_round():
+            with phase("round: pre-round exchange"):
+                contributions, failed = call("pre_round", payload, sampled, t)
+                cids = sorted(contributions)  # a client that failed here sits this round out
+                pre_bytes = nbytes([contributions[c] for c in cids])
+                self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
+                payload = self.algorithm.payload(self.state, t)
+        with phase("round: clients' updates"):
+            results, failed_training = call(SUMMED if self.summed else "update", payload, cids, t)
+        with phase("round: aggregate"):
+            partials = results.pop(PARTIAL_SUMS, [])
+            if self.cfg.train.on_nonfinite_loss == "stop":
+                check_finite_losses(results, t)
+            updates = [results[c] for c in sorted(results)]
+            before = self.state
+            if self.summed and updates:
+                self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
+            elif not self.summed:
+                self.state = self.algorithm.aggregate(self.state, updates, t)
         self.round = t + 1
-        metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training), pre_bytes)
+        with phase("round: metrics"):
+            metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training),
+                                          pre_bytes + sum(p.bytes_sent for p in partials))
+            if self.cfg.eval.diagnostics:
+                metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
         if self._eval_due():
-            metrics.update(self.evaluate(call))
+            with phase("round: evaluate"):
+                metrics.update(self.evaluate(call))
         self.history.append(metrics)
         return metrics
 
@@ -221,10 +445,8 @@ class Server:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, call: CallClients | None) -> dict[str, float]:
         out: dict[str, float] = {}
-        model = self.algorithm.global_model(self.state)
-        if model is not None:
-            accs = {name: count_correct(model, x, y, self.cfg.eval.batch_size) / max(1, len(y))
-                    for name, (x, y) in self.test_sets.items()}
+        accs = self.global_accuracies(self.state)
+        if accs:  # None without a global model, {} without a global test set
             out["accuracy"] = float(np.mean(list(accs.values())))
             if len(accs) > 1:
                 out["accuracy_worst"] = min(accs.values())

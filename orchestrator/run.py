@@ -1,21 +1,27 @@
 """One federated run on Ray, driven from here: the coordinator runs rounds, this process tracks them.
 
     run_experiment(cfg) → RunResult
-      ├─ connect to (or start) Ray; load the data and its partition once; put it in the object store
-      ├─ CoordinatorActor(cfg, data) → ClientActor × K
-      ├─ after set-up: actors.json (node, pid, assigned resources of each client actor)
+      ├─ connect to (or start) Ray, while the data and its partition are loaded in the background
+      ├─ CoordinatorActor(cfg) → ClientActor × K start; meanwhile the data goes into the object store and MLflow
+      │  opens the run; coordinator.start(data) loads the actors
+      ├─ after set-up: actors.json (node, pid, assigned resources of each client actor); at the end again,
+      │  with the devices its data and models were on and its peak CUDA memory
       ├─ each round: coordinator.run_round() → metrics → metrics.jsonl, MLflow, progress bar
       ├─ every checkpoint.every rounds: coordinator.checkpoint()
       └─ at the end: result.json, accuracy plot, final global state, MLflow artifacts
+    Every phase is timed (orchestrator/phases.py; `mooring run --profile`).
 """
 from __future__ import annotations
 
 import json
 import logging
 import math
+import os
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +31,7 @@ from urllib.parse import urlparse
 from orchestrator import checkpoint as ckpt
 from orchestrator import storage
 from orchestrator.config import ConfigError, ExperimentConfig, build_config, flatten
+from orchestrator.phases import Phases
 from orchestrator.tracking import Tracker
 
 
@@ -52,13 +59,39 @@ def init_ray(**kwargs) -> None:
     """ray.init, with client actors at normal CPU priority where this call starts the Ray instance: Ray
     otherwise starts its workers at niceness 15, so the driver, the raylet and anything else on the machine
     preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
-    from that command's environment.)"""
-    import os
+    from that command's environment.) """
 
     import ray
 
     os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(**kwargs)
+    if kwargs.get("address") is None and "RAY_ADDRESS" not in os.environ:
+        # A local instance that this call starts: Ray enables token authentication for it anyway, and says so
+        # in a warning on every command unless the mode is set explicitly (which also silences it).
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    ray.init(**kwargs)  # loopback_only() is not applied yet: drivers given the instance's address could not join it
+
+
+@contextmanager
+def loopback_only():
+    """Make a Ray instance started inside bind to 127.0.0.1. Ray takes the node's address from the route to
+    the outside and its servers listen on every interface; it uses the loopback address (and binds its
+    servers to it) only where "clusters" are off, the default on macOS and Windows. Its processes inherit
+    the switch; it is set back in this process once they are started."""
+
+    from ray._private import ray_constants
+
+    previous = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+        if previous is None:
+            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = previous
 
 
 def ensure_ray(address: str | None = None) -> None:
@@ -71,8 +104,9 @@ def ensure_ray(address: str | None = None) -> None:
     try:
         init_ray(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
                  configure_logging=True, log_to_driver=True)
-    except (ConnectionError, RuntimeError) as e:
-        raise RunError(f"could not connect to Ray at {address or 'a new local instance'}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions too (a node that timed out during start-up)
+        raise RunError(f"could not connect to Ray at {address or 'a new local instance'}: "
+                       f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
 
 
 def default_num_actors(cfg: ExperimentConfig) -> int:
@@ -104,9 +138,10 @@ def check_fits(cfg: ExperimentConfig, num_actors: int, total: dict[str, float]) 
 class RunResult:
     algorithm: str
     seed: int
-    final_accuracy: float | None
+    final_accuracy: float | None          # the global model's; None for a method without one
     best_accuracy: float | None
-    personalized_accuracy: float | None
+    personalized_accuracy: float | None   # the clients' own models', last round; None for a global-only method
+    best_personalized_accuracy: float | None
     rounds: int
     wall_seconds: float
     mlflow_run_id: str | None
@@ -114,30 +149,43 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     round_seconds: list[float] = field(default_factory=list)
     startup_seconds: float = 0.0
+    phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
 
     def to_json(self) -> dict[str, Any]:
-        keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "rounds", "wall_seconds",
-                "mlflow_run_id", "history")
+        keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
+                "wall_seconds", "mlflow_run_id", "history")
         d = asdict(self)
         return {k: d[k] for k in keys} | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
 
 
-def headline(metrics: dict[str, Any]) -> float | None:
-    """The accuracy a run is judged by: the global model's, or the personalized one where there is none."""
-    for key in ("accuracy", "personalized_accuracy"):
-        v = metrics.get(key)
-        if v is not None and not (isinstance(v, float) and math.isnan(v)):
-            return float(v)
-    return None
+def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
+    """One round's accuracy: the global model's (`accuracy`) by default, None where the method has none.
+    Never falls back to the personalized figure: the two answer different questions."""
+    v = metrics.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return float(v)
+
+
+def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The figures every run is judged and sorted by, the same keys for every method (None where absent)."""
+    out: dict[str, float | None] = {}
+    for prefix, key in (("global", "accuracy"), ("personalized", "personalized_accuracy")):
+        values = [v for v in (headline(m, key) for m in history) if v is not None]
+        out[f"final_{prefix}_accuracy"] = values[-1] if values else None
+        out[f"best_{prefix}_accuracy"] = max(values) if values else None
+    sent = [m["bytes_total"] for m in history if m.get("bytes_total") is not None]
+    out["bytes_sent"] = float(sent[-1]) if sent else None
+    return out
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:
-    scores = [s for s in (headline(m) for m in history) if s is not None]
-    personal = [m["personalized_accuracy"] for m in history if "personalized_accuracy" in m]
+    s = summary_metrics(history)
     return RunResult(
         algorithm=cfg.algorithm.name, seed=cfg.seed,
-        final_accuracy=scores[-1] if scores else None, best_accuracy=max(scores) if scores else None,
-        personalized_accuracy=personal[-1] if personal else None, rounds=len(history), history=history, **kw)
+        final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
+        personalized_accuracy=s["final_personalized_accuracy"],
+        best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history, **kw)
 
 
 # -------------------------------------------------------------------------------------- run directory
@@ -152,10 +200,13 @@ def read_run_config(run_dir: str, overrides: list[str]) -> ExperimentConfig:
     path = storage.join(run_dir, "config.yaml")
     if not storage.exists(path):
         raise RunError(f"--resume {run_dir}: not a run directory (no config.yaml there)")
-    import yaml
+    from orchestrator.config import parse_yaml_mapping
 
-    raw = yaml.safe_load(storage.read_bytes(path).decode())
-    return build_config(apply_overrides(raw, overrides), path)
+    try:
+        text = storage.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return build_config(apply_overrides(parse_yaml_mapping(text, path), overrides), path)
 
 
 def code_version() -> str:
@@ -180,92 +231,374 @@ class RunLog:
         path = storage.join(self.run_dir, name)
         return json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
 
+    def read_metrics(self) -> list[dict[str, Any]]:
+        path = storage.join(self.run_dir, "metrics.jsonl")
+        text = storage.read_bytes(path).decode() if storage.exists(path) else ""
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
     def write_metrics(self, history: list[dict[str, Any]]) -> None:
-        self.write("metrics.jsonl", "".join(json.dumps(m) + "\n" for m in history))
+        self.write("metrics.jsonl", "".join(strict_json(m) + "\n" for m in history))
+
+
+def finite_or_none(value):
+    """NaN and ±inf as None, recursively: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
+def strict_json(obj, **kwargs) -> str:
+    """Valid JSON (RFC 8259): a NaN or infinite metric is written as null, never as a bare NaN."""
+    return json.dumps(finite_or_none(obj), allow_nan=False, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------ the run
-def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
-                   progress: bool = True, parent_run_id: str | None = None, on_round=None,
-                   stop_after: int | None = None, run_dir: str | None = None) -> RunResult:
-    """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
-    `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests)."""
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM stopped the run; the message says what was kept and how to resume."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
+class StopSignals:
+    """SIGINT and SIGTERM while a run is in this (main) thread. During set-up a signal interrupts at once
+    (KeyboardInterrupt); during the rounds it is only recorded, and the round loop finishes or abandons the
+    round in flight, checkpoints and stops. A second signal interrupts at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.in_rounds = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        self.install()
+        return self
+
+    def install(self) -> None:
+        """Take over SIGINT and SIGTERM (again after ray.init, which installs its own SIGTERM handler); on
+        exit the handlers in place before the last install come back."""
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.signal(sig, self._handle)
+                if previous != self._handle:
+                    self._previous[sig] = previous
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, _frame) -> None:
+        if not self.in_rounds or self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+
+# seconds a stop request waits for the round in flight before abandoning it
+ROUND_GRACE_SECONDS = 5.0
+
+
+def await_round(ref, stop: StopSignals):
+    """The round's metrics, or None if a stop request came and the round did not end within the grace time."""
     import ray
 
-    from orchestrator.actors import CoordinatorActor
-    from orchestrator.datasets import prepare_data
+    while not ray.wait([ref], timeout=0.25)[0]:
+        if stop.signum is not None:
+            if not ray.wait([ref], timeout=ROUND_GRACE_SECONDS)[0]:
+                return None
+            break
+    return ray.get(ref)
 
+
+def check_output_dirs(cfg: ExperimentConfig) -> None:
+    """checkpoint.dir and data.partitions_dir can be written (they, or their nearest existing parent, are
+    writable directories), or one line naming the first that cannot; nothing is created."""
+    for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir)):
+        if "://" in value:
+            continue
+        existing = Path(value).absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError(f"{key} = {value!r}: {existing} is a file, not a directory")
+        probe = existing / f".mooring-write-test-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"{key} = {value!r}: cannot write in {existing} ({e.strerror or e})") from None
+
+
+def remote_error(err: Exception) -> str:
+    """A Ray task's failure as one line: the original exception's type and first line."""
+    import ray
+
+    cause = err.cause if isinstance(err, ray.exceptions.RayTaskError) and err.cause is not None else err
+    while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0][:200]}" if text else type(cause).__name__
+
+
+def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
+                   progress: bool = True, parent_run_id: str | None = None, on_round=None,
+                   stop_after: int | None = None, run_dir: str | None = None,
+                   from_round: int | None = None) -> RunResult:
+    """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
+    `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
+    `from_round` resumes from that round's checkpoint instead of the latest.
+
+    SIGINT/SIGTERM (in the main thread) end the round in flight (or abandon it after ROUND_GRACE_SECONDS),
+    write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
+    leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
+    with StopSignals() as stop:
+        return _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
+                    from_round, stop)
+
+
+def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop):
+    import ray
+
+    check_output_dirs(cfg)
+    snapshot = resume_snapshot(resume_dir, from_round) if resume_dir else None
     t0 = time.perf_counter()
-    ensure_ray(address)
-    startup = time.perf_counter() - t0
+    phases = Phases()
     run_dir = resume_dir or run_dir or new_run_dir(cfg)
     log = RunLog(run_dir)
-    snapshot = None
-    if resume_dir:
-        latest = ckpt.latest_checkpoint(run_dir)
-        snapshot = ckpt.load_server_snapshot(latest) if latest else None
-    else:
-        log.write("config.yaml", cfg.to_yaml())
-
-    data = prepare_data(cfg)
-    data_ref = ray.put(data)
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
-    run_info = log.read_json("run.json")
-    tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
-            "seed": str(cfg.seed), "code_version": code_version(), "run_dir": run_dir}
-    tracker.start(f"{cfg.name}-{cfg.algorithm.name}-s{cfg.seed}", run_params(cfg), tags,
-                  parent_run_id=parent_run_id, resume_run_id=run_info.get("mlflow_run_id"))
-    log.write("run.json", json.dumps({"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri, **tags}))
-
-    coordinator = CoordinatorActor.options(name=coordinator_name(run_dir), scheduling_strategy=on_this_node(),
-                                           ).remote(cfg, [data_ref], default_num_actors(cfg), run_dir, snapshot)
-    history: list[dict[str, Any]] = list(snapshot["history"]) if snapshot else []
-    round_seconds: list[float] = []
-    status = "FAILED"
     try:
-        ray.get(coordinator.set_up.remote())
-        # Where each client actor runs and what it was given (node, pid, GPU share): placement on a cluster.
-        log.write("actors.json", json.dumps(ray.get(coordinator.actor_info.remote()), indent=1))
-        last = cfg.train.rounds if stop_after is None else min(cfg.train.rounds, stop_after)
-        bar = _progress_bar(progress, cfg.train.rounds, len(history))
-        # The next round (and a due checkpoint before it: the coordinator runs calls in order) is asked for
-        # before this round is logged, so MLflow, metrics.jsonl and on_round overlap the training.
-        next_round = coordinator.run_round.remote() if len(history) < last else None
-        r0 = time.perf_counter()
-        while next_round is not None:
-            metrics = ray.get(next_round)
-            round_seconds.append(time.perf_counter() - r0)
-            r0 = time.perf_counter()
-            history.append(metrics)
-            every = cfg.checkpoint.every
-            checkpoint = coordinator.checkpoint.remote() \
-                if (every and metrics["round"] % every == 0) or len(history) == last else None
-            next_round = coordinator.run_round.remote() if len(history) < last else None
-            log.write_metrics(history)
-            tracker.log_metrics({**metrics, "seconds_per_round": round_seconds[-1]}, step=metrics["round"])
-            _advance(bar, metrics, round_seconds[-1])
-            if checkpoint is not None:
-                ray.get(checkpoint)
-            if on_round is not None:
-                on_round(metrics)
-        if bar is not None:
-            bar.close()
-        final_state = ray.get(coordinator.final_state.remote())
+        coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir))
+    except BaseException as e:
+        if not resume_dir:
+            storage.remove_tree(run_dir)
+        if isinstance(e, ray.exceptions.RayError):
+            raise RunError(f"the run could not start: {remote_error(e)}") from None
+        raise
+    startup = sum(phases.as_dict().get("start: Ray", []))
+    history: list[dict[str, Any]] = list(snapshot["history"]) if snapshot else []
+    tracked = backfill_tracking(tracker, log, len(history)) if resume_dir else set()
+    round_seconds: list[float] = []
+    status, final_state, interrupted = "FAILED", None, None
+    try:
+        stop.in_rounds = True
+        history, interrupted = _rounds(cfg, coordinator, log, tracker, history, round_seconds, progress,
+                                       on_round, stop_after, stop, tracked, phases)
+        if interrupted is None:
+            # again at the end, now with where the tensors lived (data and model devices, peak CUDA memory)
+            log.write("actors.json", json.dumps(ray.get(coordinator.actor_info.remote(timeout=30.0)), indent=1))
+            with phases("end: final state"):
+                final_state = ray.get(coordinator.final_state.remote())
+            phases.merge(ray.get(coordinator.phases.remote()))
         status = "FINISHED" if len(history) == cfg.train.rounds else "KILLED"
     except ray.exceptions.RayActorError as e:
         tracker.end("FAILED")
         raise RunError(coordinator_lost(run_dir, len(history), e)) from None
+    except ray.exceptions.RayTaskError as e:
+        tracker.end("FAILED")
+        raise RunError(f"round {len(history) + 1} failed: {remote_error(e)}; {resume_hint(run_dir)}") from None
+    except KeyboardInterrupt:
+        tracker.end("KILLED")
+        raise RunInterrupted(f"stopped during round {len(history) + 1}; {resume_hint(run_dir)}",
+                             stop.signum or 2) from None
     except BaseException:
         tracker.end("FAILED")
         raise
     finally:
+        stop.in_rounds = False
         result = summarize(cfg, history, wall_seconds=time.perf_counter() - t0, mlflow_run_id=tracker.run_id,
                            run_dir=run_dir, round_seconds=round_seconds, startup_seconds=startup)
-        log.write("result.json", json.dumps(result.to_json(), indent=1))
+        log.write("result.json", strict_json(result.to_json(), indent=1))
         ray.kill(coordinator)
-    _finish_artifacts(cfg, result, final_state, log, tracker)
-    tracker.end(status)
+    if interrupted is not None:
+        tracker.end("KILLED")
+        raise RunInterrupted(interrupted, stop.signum)
+    with phases("end: artifacts"):
+        _finish_artifacts(cfg, result, final_state, log, tracker)
+    with phases("end: MLflow"):
+        tracker.log_summary(summary_metrics(history) | {"wall_seconds": result.wall_seconds, "rounds": len(history)},
+                            step=len(history))
+        tracker.end(status)
+    result.phases = phases.as_dict()
     return result
+
+
+def resume_snapshot(run_dir: str, from_round: int | None) -> dict[str, Any] | None:
+    """The verified server snapshot a resume starts from (None: no checkpoint yet, start at round 0).
+    Resuming from an earlier round makes it LATEST, which the client actors then load."""
+    try:
+        checkpoint = ckpt.checkpoint_to_resume(run_dir, from_round)
+    except ckpt.CheckpointError as e:
+        raise RunError(f"cannot resume: {e}") from None
+    if checkpoint is None:
+        return None
+    if from_round is not None:
+        ckpt.mark_latest(run_dir, ckpt.checkpoint_name(from_round))
+    return ckpt.load_server_snapshot(checkpoint)
+
+
+def resume_hint(run_dir: str) -> str:
+    latest = ckpt.latest_checkpoint(run_dir)
+    if latest is None:
+        return "no checkpoint was written; start the run again"
+    return f"the last checkpoint is {latest}; continue with `mooring run --resume {run_dir}`"
+
+
+def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, stop: StopSignals, resumed: bool):
+    """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
+    on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
+    actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
+    run. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    import ray
+
+    coordinator = tracking_started = None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
+        data_ready = background.submit(_timed, phases, "start: data (in the background)", _prepare_data, cfg)
+        try:
+            with phases("start: Ray"):
+                ensure_ray(address)
+            stop.install()
+            from orchestrator.actors import CoordinatorActor
+
+            if not resumed:
+                log.write("config.yaml", cfg.to_yaml())
+            with phases("start: launch coordinator"):
+                coordinator = CoordinatorActor.options(name=coordinator_name(log.run_dir),
+                                                       scheduling_strategy=on_this_node(),
+                                                       ).remote(cfg, default_num_actors(cfg), log.run_dir)
+            with phases("start: wait for the data"):
+                data = data_ready.result()
+            tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
+                    "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
+            tracking_started = background.submit(
+                _timed, phases, "start: MLflow run (in the background)", start_tracking, cfg, tags,
+                parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
+            with phases("start: data into the object store"):
+                data_ref = ray.put(data)
+            with phases("start: client actors ready and loaded"):
+                ray.get(coordinator.start.remote([data_ref], snapshot))
+            with phases("start: wait for MLflow"):
+                tracker = tracking_started.result()
+            log.write("run.json", json.dumps({"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri, **tags}))
+            with phases("start: set-up exchange"):
+                # set_up also writes actors.json: where each client actor runs and what it was given
+                ray.get(coordinator.set_up.remote())
+        except BaseException as e:
+            _abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            raise
+    return coordinator, tracker
+
+
+def _abandon_set_up(coordinator, tracking_started, status: str) -> None:
+    import ray
+
+    if coordinator is not None:
+        ray.kill(coordinator)
+    if tracking_started is not None and tracking_started.exception() is None:
+        tracking_started.result().end(status)
+
+
+def _rounds(cfg, coordinator, log: RunLog, tracker: Tracker, history: list, round_seconds: list, progress: bool,
+            on_round, stop_after, stop: StopSignals, tracked: set[int], phases: Phases) -> tuple[list, str | None]:
+    """The round loop. Returns (history, None) when done, or (history, message) when a signal stopped it.
+    Rounds in `tracked` are in MLflow already (a resumed run's) and are not logged again."""
+    import ray
+
+    last = cfg.train.rounds if stop_after is None else min(cfg.train.rounds, stop_after)
+    bar = _progress(progress, cfg.train.rounds, len(history))
+    # The next round (and a due checkpoint before it: the coordinator runs calls in order) is asked for
+    # before this round is logged, so MLflow, metrics.jsonl and on_round overlap the training.
+    next_round = coordinator.run_round.remote() if len(history) < last else None
+    metrics_file = MetricsFile(log)
+    r0 = time.perf_counter()
+    try:
+        while next_round is not None:
+            with phases("driver: wait for the round"):
+                metrics = await_round(next_round, stop)
+            if metrics is None:  # stop requested and the round did not end in time: abandoned
+                tracker.flush()
+                return history, (f"round {len(history) + 1} abandoned after a stop signal; "
+                                 f"{resume_hint(log.run_dir)}")
+            round_seconds.append(time.perf_counter() - r0)
+            r0 = time.perf_counter()
+            history.append(metrics)
+            every = cfg.checkpoint.every
+            stopping = stop.signum is not None
+            checkpoint = coordinator.checkpoint.remote() \
+                if (every and metrics["round"] % every == 0) or len(history) == last or stopping else None
+            next_round = coordinator.run_round.remote() if len(history) < last and not stopping else None
+            with phases("driver: metrics.jsonl"):
+                metrics_file.update(history, force=checkpoint is not None)
+            with phases("driver: MLflow"):
+                if metrics["round"] not in tracked:
+                    tracker.log_metrics({**metrics, "seconds_per_round": round_seconds[-1]}, step=metrics["round"])
+            _advance(bar, metrics, round_seconds[-1])
+            if checkpoint is not None:
+                with phases("driver: wait for the checkpoint"):
+                    written = ray.get(checkpoint)
+            if stopping:
+                return history, (f"stopped after round {metrics['round']}; checkpoint {written}; "
+                                 f"continue with `mooring run --resume {log.run_dir}`")
+            if on_round is not None:
+                on_round(metrics)
+    finally:
+        metrics_file.update(history, force=True)
+        if bar is not None:
+            bar.close()
+    return history, None
+
+
+def backfill_tracking(tracker: Tracker, log: RunLog, resumed_at: int) -> set[int]:
+    """A resumed run's MLflow history gets the rounds up to its checkpoint that it lacks (metrics buffered when
+    the run was stopped never reached the store), from metrics.jsonl. Returns the rounds the store now has:
+    rounds after the checkpoint that it already holds are not logged again when they are re-run."""
+    have = tracker.logged_steps("round")
+    missing = [m for m in log.read_metrics() if m["round"] <= resumed_at and m["round"] not in have]
+    for m in missing:
+        tracker.log_metrics(m, step=m["round"])
+    tracker.flush()
+    return have | {m["round"] for m in missing}
+
+
+def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: str | None,
+                   resume_run_id: str | None) -> Tracker:
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+    tracker.start(f"{cfg.name}-{cfg.algorithm.name}-s{cfg.seed}", run_params(cfg), tags,
+                  parent_run_id=parent_run_id, resume_run_id=resume_run_id)
+    return tracker
+
+
+def _prepare_data(cfg: ExperimentConfig):
+    from orchestrator.datasets import prepare_data  # imports torch: here, off the main thread's path to Ray
+
+    return prepare_data(cfg)
+
+
+def _timed(phases: Phases, name: str, fn, *args, **kwargs):
+    with phases(name):
+        return fn(*args, **kwargs)
+
+
+class MetricsFile:
+    """metrics.jsonl, rewritten at most every `every_seconds` (and when forced: at checkpoints and at the end),
+    not after every round: a short round would otherwise pay for rewriting the whole history each time."""
+
+    def __init__(self, log: RunLog, every_seconds: float = 2.0):
+        self.log, self.every_seconds = log, every_seconds
+        self.written, self.last = 0, time.monotonic()
+
+    def update(self, history: list[dict[str, Any]], force: bool = False) -> None:
+        if len(history) == self.written or not (force or time.monotonic() - self.last >= self.every_seconds):
+            return
+        self.log.write_metrics(history)
+        self.written, self.last = len(history), time.monotonic()
 
 
 def on_this_node():
@@ -296,31 +629,31 @@ def run_params(cfg: ExperimentConfig) -> dict[str, Any]:
     return flatten(cfg.to_dict()) | flatten(resolved)
 
 
-def _progress_bar(enabled: bool, total: int, initial: int):
-    if not enabled:
-        return None
-    from tqdm import tqdm
+def _progress(enabled: bool, total: int, initial: int):
+    from orchestrator.progress import Progress
 
-    return tqdm(total=total, initial=initial, desc="rounds", unit="round", dynamic_ncols=True)
+    return Progress(total, "rounds", initial=initial, enabled=enabled)
 
 
-def _advance(bar, metrics: dict[str, Any], seconds: float) -> None:
-    if bar is None:
-        return
-    acc = headline(metrics)
-    bar.set_postfix({"acc": f"{acc:.3f}" if acc is not None else "-", "s/round": f"{seconds:.2f}"})
-    bar.update(1)
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f} %"
+
+
+def _advance(progress, metrics: dict[str, Any], seconds: float) -> None:
+    progress.advance(1, f"global {_pct(headline(metrics))}  "
+                        f"personalized {_pct(headline(metrics, 'personalized_accuracy'))}  {seconds:.2f} s/round")
 
 
 def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:
     """The accuracy plot, the final global state and the resolved config, in the run dir and in MLflow;
     for anchor and prototype methods also the anchors and a PNG of their pairwise cosine similarities."""
-    from orchestrator.plots import plot_history
+    from orchestrator.plots import experiment_title, plot_comparison
 
     if storage.is_remote(log.run_dir):
         return
     run_dir = Path(log.run_dir)
-    plot_history({cfg.algorithm.name: result.history}, run_dir / "accuracy.png", title=cfg.name)
+    plot_comparison({cfg.algorithm.name: result.history}, run_dir / "accuracy.png",
+                    title=experiment_title(cfg, [cfg.seed], cfg.algorithm.name))
     storage.write_bytes_atomic(str(run_dir / "final_state.pt"), storage.torch_bytes(final_state))
     names = ["config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl", "result.json"]
     names += _anchor_artifacts(final_state, run_dir, cfg.algorithm.name)

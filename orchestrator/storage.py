@@ -8,14 +8,24 @@ import io
 import posixpath
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow.fs as pafs
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+
+def _pafs():
+    """pyarrow.fs, imported on first use: it takes a good part of a second, which `mooring run` spends in the
+    background while Ray starts (see orchestrator/run.py)."""
+    import pyarrow.fs
+
+    return pyarrow.fs
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), str(Path(uri).absolute())
+        return _pafs().FileSystem.from_uri(uri)
+    return _pafs().LocalFileSystem(), str(Path(uri).absolute())
 
 
 def is_remote(uri: str) -> bool:
@@ -28,7 +38,7 @@ def join(base: str, *parts: str) -> str:
 
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return fs.get_file_info(path).type != _pafs().FileType.NotFound
 
 
 def read_bytes(uri: str) -> bytes:
@@ -48,9 +58,9 @@ def write_bytes_atomic(uri: str, data: bytes) -> None:
 
 def list_dir(uri: str) -> list[str]:
     fs, path = resolve(uri)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    if fs.get_file_info(path).type == _pafs().FileType.NotFound:
         return []
-    return sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(path)))
+    return sorted(info.base_name for info in fs.get_file_info(_pafs().FileSelector(path)))
 
 
 def torch_bytes(obj) -> bytes:
@@ -63,6 +73,17 @@ def torch_bytes(obj) -> bytes:
 
 def torch_load_safe(data: bytes):
     """Load tensors and plain containers only: `weights_only=True` refuses to run pickled code."""
+    import warnings
+
     import torch
 
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+        warnings.simplefilter("ignore")
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def remove_tree(uri: str) -> None:
+    """Delete a directory and everything under it (nothing if it is not there)."""
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type != _pafs().FileType.NotFound:
+        fs.delete_dir(path)

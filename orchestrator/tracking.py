@@ -87,12 +87,31 @@ class Tracker:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
-            self._client = MlflowClient(tracking_uri=self.uri)
+            from orchestrator.schema_lock import schema_lock
+
+            with schema_lock(self.uri, "mlflow"):  # a new store's tables: one process at a time
+                self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 
+    # MLflow 3's UI opens an experiment in its GenAI view (traces) unless this tag names another kind; this
+    # value is the one its "Model training" view is chosen by.
+    EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
     def _experiment_id(self) -> str:
+        from mlflow.exceptions import MlflowException
+
         exp = self.client.get_experiment_by_name(self.experiment)
-        return exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+        if exp is None:
+            try:
+                return self.client.create_experiment(self.experiment, tags=self.EXPERIMENT_KIND)
+            except MlflowException:  # another process created it since the lookup
+                exp = self.client.get_experiment_by_name(self.experiment)
+                if exp is None:
+                    raise
+        for key, value in self.EXPERIMENT_KIND.items():
+            if exp.tags.get(key) is None:
+                self.client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
 
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str], parent_run_id: str | None = None,
               resume_run_id: str | None = None) -> str | None:
@@ -118,15 +137,33 @@ class Tracker:
             self.client.log_batch(run_id, params=items[i:i + 100])
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        if self.run_id is None or not self.enabled:
+            return  # before importing MLflow: an untracked run never pays for it
         from mlflow.entities import Metric
 
-        if self.run_id is None or not self.enabled:
-            return
         now = int(time.time() * 1000)
         self._pending += [Metric(k, float(v), now, step) for k, v in metrics.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
         if time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
+
+    def logged_steps(self, key: str = "round") -> set[int]:
+        """The steps at which the run already has `key` (a resumed run: what its MLflow history holds)."""
+        if self.run_id is None or not self.enabled:
+            return set()
+        history = self._call(self.client.get_metric_history, self.run_id, key) or []
+        return {m.step for m in history}
+
+    def log_summary(self, summary: dict[str, Any], step: int = 0) -> None:
+        """Metrics that describe the whole run (None values left out), written at once."""
+        self.log_metrics({k: v for k, v in summary.items() if v is not None}, step=step)
+        self.flush()
+
+    def log_table(self, rows: list[dict[str, Any]], artifact_file: str) -> None:
+        """Rows as an MLflow table artifact (the UI's artifact view shows it as a sortable table)."""
+        if self.run_id is not None and rows:
+            columns = {k: [r.get(k) for r in rows] for k in rows[0]}
+            self._call(self.client.log_table, self.run_id, columns, artifact_file)
 
     def flush(self) -> None:
         """Write the buffered metrics now."""

@@ -1,7 +1,10 @@
-"""`mooring bench [overhead|scale|gpu|sweep|all]`: run the benchmarks in benchmarks/ and print their tables.
+"""`mooring bench [tiny|whole-run|overhead|scale|gpu|engine|sweep|all]`: run the benchmarks in benchmarks/ and print
+their tables, each with the command that reproduces it.
 
 Each figure is a ratio against a baseline measured in the same run. `--out benchmarks/README.md` also
-replaces that benchmark's section of the results file (between `<!-- bench:NAME -->` markers).
+replaces that benchmark's section of the results file (between `<!-- bench:NAME -->` markers). The size,
+rounds, repeats, actors and engine options apply to the benchmarks that have them (tiny, whole-run, overhead;
+engine takes the size, rounds, samples and overrides).
 """
 from __future__ import annotations
 
@@ -10,16 +13,92 @@ import re
 from pathlib import Path
 
 BENCHES = {
+    "tiny": "benchmarks.tiny_clients",
+    "whole-run": "benchmarks.whole_run",
     "overhead": "benchmarks.overhead",
     "scale": "benchmarks.scale",
     "gpu": "benchmarks.gpu_packing",
+    "engine": "benchmarks.engine_gpu",
     "sweep": "benchmarks.sweep_efficiency",
 }
 
 
 def configure(parser) -> None:
-    parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"])
-    parser.add_argument("--out", default=None, help="update this markdown file's section for each benchmark")
+    parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"],
+                        help="tiny (many clients of one or two steps against a plain PyTorch loop), whole-run (a "
+                             "whole `mooring run` against the loop's whole process), overhead (heavy clients against "
+                             "the loop), scale (1,000 clients against 100), gpu (client actors sharing one GPU; "
+                             "skipped without CUDA), engine (the vectorized engine against the sequential one on one device, "
+                             "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), or all (default)")
+    parser.add_argument("--out", default=None, metavar="MARKDOWN",
+                        help="update this markdown file's section for each benchmark")
+    parser.add_argument("--size", action="append", type=client_size, metavar="CLIENTS/PER_ROUND",
+                        help="tiny, whole-run, engine: clients and clients per round, repeatable (default: 1000/100 "
+                             "and 100/10; whole-run and engine take the first; engine's default: 100/100)")
+    parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); engine: timed rounds per engine after "
+                             "a warm-up one (default 2)")
+    parser.add_argument("--samples", type=positive_int, default=None,
+                        help="engine: samples per client (default 200)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="runs of each row, the fastest counting")
+    parser.add_argument("--actors", type=actor_counts, default=None, metavar="N[,N...]",
+                        help="tiny: the numbers of client actors of the Mooring rows (default 1,2); whole-run: the first")
+    parser.add_argument("--engine", action="append", default=None, metavar="ENGINE",
+                        help="tiny, whole-run, overhead: set train.engine for the Mooring rows, repeatable (one row "
+                             "per engine); default: as the config says")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="tiny, whole-run, overhead, engine: a config override for the Mooring rows only (engine: "
+                             "both rows), repeatable "
+                             "(for example resources.partial_sums=true)")
+
+
+def client_size(text: str) -> str:
+    import argparse
+
+    parts = text.split("/")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[1]) > int(parts[0]):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CLIENTS/PER_ROUND, for example 1000/100")
+    return text
+
+
+def positive_int(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number ≥ 1")
+    return int(text)
+
+
+def actor_counts(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        counts = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers of actors, for example 1,2")
+    return counts
+
+
+def measure_options(name: str, args) -> list[dict]:
+    """The keyword arguments of each `measure` call for benchmark `name` (one call per engine where the
+    benchmark measures one engine at a time)."""
+    given = {"rounds": args.rounds, "repeats": args.repeats, "mooring_overrides": tuple(args.overrides) or None}
+    engines = args.engine or [None]
+    if name == "tiny":
+        given |= {"sizes": tuple(args.size) if args.size else None, "actors": args.actors, "engines": tuple(engines)}
+        return [{k: v for k, v in given.items() if v is not None}]
+    if name == "whole-run":
+        given |= {"size": args.size[0] if args.size else None, "actors": args.actors[0] if args.actors else None}
+        return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
+    if name == "overhead":
+        given = {"repeats": args.repeats, "mooring_overrides": given["mooring_overrides"]}
+        return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
+    if name == "engine":
+        given = {"size": args.size[0] if args.size else None, "samples_per_client": args.samples,
+                 "rounds": args.rounds, "mooring_overrides": given["mooring_overrides"]}
+        return [{k: v for k, v in given.items() if v is not None}]
+    return [{}]
 
 
 def replace_section(path: Path, name: str, text: str) -> None:
@@ -31,21 +110,21 @@ def replace_section(path: Path, name: str, text: str) -> None:
     path.write_text(content)
 
 
-def run_one(name: str) -> str | None:
+def run_one(name: str, args) -> str | None:
     module = importlib.import_module(BENCHES[name])
-    if name == "gpu":
+    if name == "gpu" or (name == "engine" and args.which == "all"):
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu: skipped, no CUDA GPU on this machine")
+            print(f"{name}: skipped, no CUDA GPU on this machine")
             return None
-    return module.report(module.measure())
+    return "\n".join(module.report(module.measure(**options)) for options in measure_options(name, args))
 
 
 def main(args) -> int:
     names = list(BENCHES) if args.which == "all" else [args.which]
     for name in names:
-        text = run_one(name)
+        text = run_one(name, args)
         if text is None:
             continue
         print(f"## {name}\n{text}")

@@ -71,6 +71,27 @@ def base_experiment(cfg):
     return build_config(raw, cfg.name)
 
 
+def apply_budget(cfg, budget: str, source: str, overrides: list[str] = ()):
+    """The claims config at budget `budget`: "short" is the config as written; any other is one of its
+    `claims.budgets` (overrides on every run, and optionally other seeds and settings). The command line's
+    `overrides` (--set) are applied last, so they win over the budget's."""
+    from orchestrator.config import ConfigError, apply_overrides, build_config, set_dotted
+
+    if budget == "short":
+        return cfg
+    if budget not in cfg.claims.budgets:
+        allowed = ", ".join(["short", *cfg.claims.budgets])
+        raise ConfigError(f"{source}: --budget {budget!r}: not a budget of this protocol; allowed: {allowed}")
+    b = cfg.claims.budgets[budget]
+    raw = cfg.to_dict()
+    for key, value in b.overrides.items():
+        set_dotted(raw, key, value)
+    raw["claims"]["seeds"] = b.seeds or cfg.claims.seeds
+    raw["claims"]["settings"] = b.settings or cfg.claims.settings
+    raw["name"] = f"{cfg.name}.{budget}"
+    return build_config(apply_overrides(raw, list(overrides)), source)
+
+
 def check_names(cfg) -> None:
     from orchestrator.config import ConfigError
 
@@ -114,24 +135,27 @@ def saved_comparison(setting_dir: Path) -> Comparison:
 
 
 # --------------------------------------------------------------------------------------- reporting
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.2f}"
+def scale_of(metric: str) -> float:
+    """Accuracies are shown in %; diagnostics (distances, cosines) as they are."""
+    return 100.0 if metric.startswith(("accuracy", "personalized")) else 1.0
 
 
-def _mean_std(vals: list[float]) -> str:
+def _mean_std(vals: list[float], scale: float = 100.0) -> str:
     vals = [v for v in vals if v is not None]
     if not vals:
         return "n/a"
-    return f"{100 * np.mean(vals):.2f} ± {100 * np.std(vals):.2f}"
+    digits = 2 if scale == 100 else 3
+    return f"{scale * np.mean(vals):.{digits}f} ± {scale * np.std(vals):.{digits}f}"
 
 
 def render_section(cfg, comps: dict[str, Comparison], verdicts: list[Verdict], command: str) -> str:
     claims = cfg.claims
-    lines = [f"## {claims.title}", ""]
+    config_name, _, budget = cfg.name.partition(".")
+    lines = [f"## {claims.title}" + (f" ({budget} budget)" if budget else ""), ""]
     if claims.spec:
-        lines.append(f"Protocol: `{claims.spec}`. Config: `configs/claims/{cfg.name}.yaml`. Seeds: "
+        lines.append(f"Protocol: `{claims.spec}`. Config: `configs/claims/{config_name}.yaml`. Seeds: "
                      f"{', '.join(map(str, next(iter(comps.values())).histories[next(iter(claims.methods))]))}. "
-                     f"Metric: `{claims.metric}` (accuracy in %). Reproduce: `{command}`.")
+                     f"Metric: `{claims.metric}` (accuracies in %, diagnostics as measured). Reproduce: `{command}`.")
         lines.append("")
     lines += ["### Measured (mean ± std over seeds)", "",
               "| method | " + " | ".join(comps) + " |", "|---|" + "---|" * len(comps)]
@@ -142,10 +166,12 @@ def render_section(cfg, comps: dict[str, Comparison], verdicts: list[Verdict], c
               "| paper's statement | setting | method − baseline | metric | method | baseline | paired diff | wins | p | holds |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for v in verdicts:
-        diff = f"{100 * np.mean(v.diffs):+.2f} ± {100 * np.std(v.diffs):.2f}" if v.diffs else "n/a"
+        scale = scale_of(v.metric)
+        digits = 2 if scale == 100 else 3
+        diff = f"{scale * np.mean(v.diffs):+.{digits}f} ± {scale * np.std(v.diffs):.{digits}f}" if v.diffs else "n/a"
         p = "n/a" if v.p_value is None else f"{v.p_value:.3f}"
         lines.append(f"| {v.statement} | {v.setting} | {v.method} − {v.baseline} | `{v.metric}` | "
-                     f"{_mean_std(v.method_values)} | {_mean_std(v.baseline_values)} | {diff} | "
+                     f"{_mean_std(v.method_values, scale)} | {_mean_std(v.baseline_values, scale)} | {diff} | "
                      f"{v.wins}/{len(v.diffs)} (need {v.needed_wins}) | {p} | {'**yes**' if v.holds else 'no'} |")
     if claims.notes:
         lines += ["", claims.notes.strip()]
@@ -185,12 +211,18 @@ def _read_sections(path: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------- CLI
 def configure(parser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CLAIMS_CONFIG", help="default: configs/claims/*.yaml")
-    parser.add_argument("--out", default="docs/claims.md")
+    parser.add_argument("--out", default="docs/claims.md", metavar="MARKDOWN",
+                        help="report to write; sections of configs not run this time are kept (default: docs/claims.md)")
     parser.add_argument("--results", default="results/claims", help="directory for the per-setting tables")
     parser.add_argument("--seeds", default=None, help="override the configs' seeds (comma-separated)")
-    parser.add_argument("--address", default=None, metavar="RAY_ADDRESS")
+    parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
+                        help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: RAY_ADDRESS "
+                             "if set, else a new local Ray instance")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the report from the histories saved under --results, running nothing")
+    parser.add_argument("--budget", default="short", metavar="NAME",
+                        help="short (default): the configs as written, for `make claims`; full: the specs' protocols "
+                             "(each config's claims.budgets.full; README lists the expected durations)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override every run of the protocol (a smaller budget: --set train.rounds=30); "
                              "recorded in the report's reproduce command")
@@ -205,12 +237,14 @@ def main(args) -> int:
     for cfg, path in zip(configs, paths):
         if cfg.claims is None:
             raise ConfigError(f"{path}: no `claims:` block")
+    configs = [apply_budget(cfg, args.budget, path, args.overrides) for cfg, path in zip(configs, paths)]
     seeds = parse_list(args.seeds, int) or None
     sections = {}
     for cfg, path in zip(configs, paths):
         comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,
                                      echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
-        command = " ".join(["mooring claims", path, *(f"--seeds {args.seeds}" for _ in [0] if args.seeds),
+        command = " ".join(["mooring claims", path, *(f"--budget {args.budget}" for _ in [0] if args.budget != "short"),
+                            *(f"--seeds {args.seeds}" for _ in [0] if args.seeds),
                             *(f"--set {o}" for o in args.overrides)])
         sections[cfg.name] = render_section(cfg, comps, verdicts, command)
         (Path(args.results) / cfg.name / "verdicts.json").write_text(

@@ -21,9 +21,13 @@ from orchestrator.commands.common import add_address_arg, add_config_args
 
 # ------------------------------------------------------------------------------------ metrics of a run
 def aggregate_metric(history: list[dict[str, Any]], spec: str) -> float | None:
-    """A "KEY:AGG" metric of one run: KEY from each round's metrics; AGG final, best, last5 or top5."""
+    """A "KEY:AGG" metric of one run: KEY from each round's metrics; AGG final, best, last5, top5, or last5_sync:
+    the mean over the last 5 rounds in which the global model changed (model_update_norm > 0, a diagnostic of
+    tasks/algorithms/diagnostics.py), so that methods which synchronise every a rounds are judged on fresh models."""
     key, _, agg = spec.partition(":")
     agg = agg or "final"
+    if agg == "last5_sync":
+        history, agg = [m for m in history if m.get("model_update_norm", 0) > 0], "last5"
     values = [float(m[key]) for m in history if m.get(key) is not None and not math.isnan(float(m[key]))]
     if not values:
         return None
@@ -35,7 +39,7 @@ def aggregate_metric(history: list[dict[str, Any]], spec: str) -> float | None:
         return float(np.mean(values[-5:]))
     if agg == "top5":
         return float(np.mean(sorted(values)[-5:]))
-    raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5 or top5")
+    raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5, top5 or last5_sync")
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -85,40 +89,53 @@ def _run_job(cfg, parent_run_id):
     return run_experiment(cfg, progress=False, parent_run_id=parent_run_id)
 
 
-def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=print) -> Comparison:
+def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=print,
+             progress: bool = True) -> Comparison:
     """Run the jobs as Ray tasks, at most `parallel` at once; results in job order whatever finishes first."""
     import ray
+
+    from orchestrator.progress import Progress
+    from orchestrator.run import summary_metrics
 
     remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
     out = Comparison(parent_run_id=parent_run_id)
     pending: dict[Any, Job] = {}
     queue = list(jobs)
     results: dict[tuple[str, int], Any] = {}
-    while queue or pending:
-        while queue and len(pending) < parallel:
-            job = queue.pop(0)
-            pending[remote.remote(job.cfg, parent_run_id)] = job
-        done, _ = ray.wait(list(pending), num_returns=1)
-        job = pending.pop(done[0])
-        result = ray.get(done[0])
-        results[(job.variant, job.seed)] = result
-        echo(f"  {job.variant:<28} seed {job.seed:<5} final {_pct(result.final_accuracy)}  best {_pct(result.best_accuracy)}"
-             f"  ({result.wall_seconds:.0f} s)")
+    shown = Progress(len(jobs), "runs", enabled=progress)
+    try:
+        while queue or pending:
+            while queue and len(pending) < parallel:
+                job = queue.pop(0)
+                pending[remote.remote(job.cfg, parent_run_id)] = job
+            shown.show(running(pending.values()))
+            done, _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(done[0])
+            result = ray.get(done[0])
+            results[(job.variant, job.seed)] = result
+            (shown.write if progress else echo)(
+                f"  {job.variant:<28} seed {job.seed:<5} global {_pct(result.final_accuracy)}  "
+                f"personalized {_pct(result.personalized_accuracy)}  ({result.wall_seconds:.0f} s)")
+            starting = queue[:max(0, parallel - len(pending))]  # submitted at the top of the next pass
+            shown.advance(1, running([*pending.values(), *starting]))
+    finally:
+        shown.close()
     for job in jobs:
         r = results[(job.variant, job.seed)]
         out.histories.setdefault(job.variant, {})[job.seed] = r.history
-        out.rows.append({
-            "variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
-            "final_accuracy": r.final_accuracy, "best_accuracy": r.best_accuracy,
-            "personalized_accuracy": r.personalized_accuracy,
-            "bytes_total": r.history[-1].get("bytes_total") if r.history else None,
-            "rounds": r.rounds, "wall_seconds": r.wall_seconds, "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir,
-        })
+        out.rows.append({"variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
+                         **summary_metrics(r.history), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
+                         "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir})
     return out
 
 
+def running(jobs) -> str:
+    names = [f"{j.variant} s{j.seed}" for j in jobs]
+    return "running: " + (", ".join(names[:4]) + (f" +{len(names) - 4}" if len(names) > 4 else "")) if names else ""
+
+
 def _pct(v):
-    return "  n/a " if v is None else f"{100 * v:6.2f}%"
+    return "   –   " if v is None else f"{100 * v:6.2f}%"
 
 
 def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
@@ -129,35 +146,56 @@ def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
 
 
 # ----------------------------------------------------------------------------------------- reporting
-def summary_table(comp: Comparison, metric: str = "final_accuracy") -> list[dict[str, Any]]:
-    """Mean ± std over seeds of each variant's metric, in the order the variants ran."""
+ACCURACIES = (("global", "final_global_accuracy"), ("personalized", "final_personalized_accuracy"))
+
+LEGEND = ("global: the server's model on the global test set · personalized: each client's own model on its own "
+          "test data · last round, %, mean ± std over seeds · –: no such model · MB sent: model traffic between "
+          "server and clients, both ways, all rounds")
+
+
+def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and (population) std over seeds; std is None with fewer than two values."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None, None
+    return float(np.mean(vals)), float(np.std(vals)) if len(vals) > 1 else None
+
+
+def summary_table(comp: Comparison) -> list[dict[str, Any]]:
+    """One row per variant, in the order the variants ran: global and personalized accuracy kept apart."""
     by_variant: dict[str, list[dict]] = {}
     for row in comp.rows:
         by_variant.setdefault(row["variant"], []).append(row)
     table = []
     for variant, rows in by_variant.items():
-        vals = [r[metric] for r in rows if r[metric] is not None]
-        table.append({"variant": variant, "seeds": len(rows),
-                      "mean": float(np.mean(vals)) if vals else None,
-                      "std": float(np.std(vals)) if len(vals) > 1 else 0.0 if vals else None,
-                      "bytes_total": rows[0]["bytes_total"],
-                      "personalized": _mean([r["personalized_accuracy"] for r in rows])})
+        entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
+        for name, key in ACCURACIES:
+            entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
+        entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
+        entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
+        table.append(entry)
     return table
 
 
-def _mean(vals):
-    vals = [v for v in vals if v is not None]
-    return float(np.mean(vals)) if vals else None
+def format_accuracy(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return "–"
+    return f"{100 * mean:.2f} %" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f} %"
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
-    lines = [f"{'variant':<28} {'seeds':>5} {'final accuracy':>18} {'personalized':>13} {'MB sent':>9}"]
+    lines = [f"{'variant':<28} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"]
     for row in table:
-        acc = "n/a" if row["mean"] is None else f"{100 * row['mean']:.2f} ± {100 * row['std']:.2f}%"
-        pers = "-" if row["personalized"] is None else f"{100 * row['personalized']:.2f}%"
-        mb = "-" if row["bytes_total"] is None else f"{row['bytes_total'] / 1e6:.1f}"
-        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc:>18} {pers:>13} {mb:>9}")
-    return "\n".join(lines)
+        acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
+        mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
+        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}")
+    return "\n".join(lines + [LEGEND])
+
+
+def parent_metrics(table: list[dict[str, Any]]) -> dict[str, float]:
+    """The summary table as metrics of the compare parent run: VARIANT.COLUMN, None values left out."""
+    return {f"{row['variant']}.{k}": float(v) for row in table for k, v in row.items()
+            if k not in ("variant",) and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
@@ -165,7 +203,7 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from orchestrator.plots import plot_history
+    from orchestrator.plots import plot_comparison
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(comp.rows)
@@ -175,8 +213,7 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     pacsv.write_csv(summary, out_dir / "summary.csv")
     pq.write_table(summary, out_dir / "summary.parquet")
     (out_dir / "histories.json").write_text(json.dumps(comp.histories))
-    curves = {v: [h for _, h in sorted(by_seed.items())] for v, by_seed in comp.histories.items()}
-    plot_history(curves, out_dir / "accuracy.png", title=title)
+    plot_comparison(comp.histories, out_dir / "accuracy.png", title=title)
     return [out_dir / n for n in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "histories.json",
                                   "accuracy.png")]
 
@@ -184,7 +221,8 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
 # ------------------------------------------------------------------------------------------ pipeline
 def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
-            echo=print) -> Comparison:
+            echo=print, progress: bool = True) -> Comparison:
+    from orchestrator.plots import experiment_title
     from orchestrator.run import ensure_ray
     from orchestrator.tracking import Tracker
 
@@ -196,12 +234,15 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
                   {"kind": "compare", "dataset": base.data.dataset})
     echo(f"comparing {len(variants)} variants × {len(seeds)} seeds, {parallel} at a time")
     try:
-        comp = run_jobs(jobs, parallel, tracker.run_id, echo)
+        comp = run_jobs(jobs, parallel, tracker.run_id, echo, progress)
     except BaseException:
         tracker.end("FAILED")
         raise
-    for path in save_outputs(comp, Path(out_dir), title=base.name):
+    for path in save_outputs(comp, Path(out_dir), title=experiment_title(base, seeds)):
         tracker.log_artifact(path)
+    table = summary_table(comp)
+    tracker.log_summary(parent_metrics(table))
+    tracker.log_table(table, "summary_table.json")
     tracker.end("FINISHED")
     return comp
 
@@ -210,11 +251,17 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
 def configure(parser) -> None:
     add_config_args(parser)
     add_address_arg(parser)
-    parser.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: the config's)")
+    parser.add_argument("--algorithms", default=None, metavar="A,B,...",
+                        help="comma-separated algorithm names (default: the config's algorithm.name)")
     parser.add_argument("--all-algorithms", action="store_true", help="every registered algorithm")
-    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the config's seed)")
-    parser.add_argument("--out", default="results/compare", help="directory for the table, histories and plot")
-    parser.add_argument("--parallel", type=int, default=None, help="runs at once (default: as the CPUs hold)")
+    parser.add_argument("--seeds", default=None, metavar="S,S,...", help="comma-separated seeds (default: the config's seed)")
+    parser.add_argument("--out", default="results/compare", metavar="DIR",
+                        help="directory for the tables, histories and plot (default: results/compare)")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="runs at once (default: as many as the cluster's CPUs hold)")
+    parser.add_argument("--output-json", default=None, metavar="PATH",
+                        help="also write the summary table (one object per variant) as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (finished runs are still listed)")
 
 
 def parse_list(text: str | None, kind=str) -> list:
@@ -235,8 +282,11 @@ def main(args) -> int:
     except ValueError:
         raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
     comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
-                   parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr))
-    print(format_table(summary_table(comp)))
+                   parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
+    table = summary_table(comp)
+    print(format_table(table))
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps(table, indent=1))
     print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
     return 0

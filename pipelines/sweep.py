@@ -182,8 +182,11 @@ def open_storage(url: str):
         engine_kwargs = {"connect_args": {"timeout": 60}}  # trials in other processes write at the same time
     elif url.startswith("postgresql"):
         engine_kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    from orchestrator.schema_lock import schema_lock
+
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs)
+        with schema_lock(url, "optuna"):  # a new database's tables: one driver at a time
+            return RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as e:  # SQLAlchemy and driver errors have many types; each means the same to the user
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ConfigError(f"--storage {redacted(url)}: cannot open the Optuna storage: {why}") from None
@@ -348,9 +351,11 @@ def trial_run_id(cfg: ExperimentConfig) -> str | None:
 
 
 def trial_config(sweep: Sweep, base_abs: ExperimentConfig, params: dict[str, Any], number: int) -> ExperimentConfig:
-    """The base with the trial's parameters; one client actor per trial, its own run directory."""
+    """The base with the trial's parameters; one client actor per trial, its own run directory. A non-finite
+    loss does not stop the run: the sweep prunes the trial as diverged (check_finite_losses), with its reason."""
     return with_overrides(base_abs, {
         **params, "name": f"{sweep.study_name}-t{number:04d}", "resources.num_actors": 1,
+        "train.on_nonfinite_loss": "continue",
         "checkpoint.dir": storage.join(sweep.sweep_dir, f"trial-{number:04d}"),
     })
 
@@ -646,6 +651,14 @@ def tag_trial_run(sweep: Sweep, outcome: TrialOutcome, number: int) -> None:
         tracker.end("KILLED" if outcome.state == "pruned" else "FAILED")
 
 
+def trial_counts(sweep: Sweep, study) -> dict[str, float]:
+    """The study's trials by state and this call's target: the parent run's progress, updated on every call."""
+    from optuna.trial import TrialState
+
+    counts = {f"trials_{s.name.lower()}": sum(t.state == s for t in study.trials) for s in TrialState}
+    return counts | {"n_trials": sweep.n_trials}
+
+
 def report_study(sweep: Sweep, study, tracker, out_dir: Path, echo) -> list[Path]:
     """trials.csv, the plots, the best parameters and config: in out_dir and on the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -658,9 +671,7 @@ def report_study(sweep: Sweep, study, tracker, out_dir: Path, echo) -> list[Path
         outputs += [out_dir / "best_params.json", out_dir / "best_config.yaml"]
     if tracker.run_id is None:
         return outputs
-    from optuna.trial import TrialState
-
-    metrics: dict[str, float] = {f"trials_{s.name.lower()}": sum(t.state == s for t in study.trials) for s in TrialState}
+    metrics = trial_counts(sweep, study)
     if best is not None:
         metrics |= {"best_value": best.value, "best_trial": best.number}
         metrics |= {f"best.{k}": v for k, v in best.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -726,6 +737,9 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
         tracker.end("FAILED")
         raise
     parallel = sweep.parallel or default_parallel(1, sweep.base.resources.cpus_per_actor)
+    # n_trials is a param of the first call only (MLflow params never change): each call records its own
+    tracker.set_tags({"n_trials": sweep.n_trials})
+    tracker.log_summary(trial_counts(sweep, study), step=len(study.trials))
     driver = Driver(sweep, study, tracker.run_id, parallel, echo)
     c = driver.counts()
     echo(f"sweep {sweep.study_name}: {len(sweep.space)} parameters, {sweep.n_trials} trials, {parallel} at a time, "

@@ -9,6 +9,39 @@ import pytest
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# One intra-op thread in the test process and every process it starts (Ray workers, subprocess runs): on a
+# 2-core machine where Ray's actors train beside it, PyTorch's default (a thread per core) oversubscribes the
+# cores and its spinning threads slow every test several-fold.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, saying why, where torch sees no CUDA GPU (CI never has one)."""
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
+    if not gpu_tests:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+    for item in gpu_tests:
+        item.add_marker(skip)
+
+
+def keep_hypothesis_out_of_the_working_tree() -> None:
+    """No example database, and Hypothesis's other files (.hypothesis/) in a temporary directory."""
+    import tempfile
+
+    from hypothesis import settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(tempfile.mkdtemp(prefix="mooring-hypothesis-"))
+    settings.register_profile("mooring", database=None)
+    settings.load_profile("mooring")
+
+
+keep_hypothesis_out_of_the_working_tree()
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +75,33 @@ def postgres_reachable(host: str = "127.0.0.1", port: int = 5432) -> bool:
 
 
 requires_postgres = pytest.mark.skipif(not postgres_reachable(), reason="PostgreSQL is not reachable at 127.0.0.1:5432")
+
+
+PG_SERVER = "postgresql+psycopg2://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture
+def new_postgres_databases():
+    """make(n) → n URLs of new, empty databases on the local server, dropped after the test: a database a
+    test creates itself, so that first use (schema creation) happens in the test every time."""
+    import uuid
+
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test")
+    conn.autocommit = True
+    names: list[str] = []
+
+    def make(n: int) -> list[str]:
+        new = [f"mooring_test_{uuid.uuid4().hex[:12]}" for _ in range(n)]
+        with conn.cursor() as cur:
+            for name in new:
+                cur.execute(f"CREATE DATABASE {name}")
+                names.append(name)
+        return [f"{PG_SERVER}/{name}" for name in new]
+
+    yield make
+    with conn.cursor() as cur:
+        for name in names:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    conn.close()

@@ -29,8 +29,8 @@ def test_fedprox_proximal_gradient_is_mu_times_distance():
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[1.0, -2.0]]))
         model.bias.fill_(0.5)
-    anchor = [torch.tensor([[0.0, 1.0]]), torch.tensor([1.5])]
-    term = proximal_term(model, anchor, mu=0.1)
+    anchor = {"weight": torch.tensor([[0.0, 1.0]]), "bias": torch.tensor([1.5])}
+    term = proximal_term(dict(model.named_parameters()), anchor, mu=0.1)
     # (0.1/2)·((1−0)² + (−2−1)² + (0.5−1.5)²) = 0.05·11
     assert torch.isclose(term, torch.tensor(0.55))
     term.backward()

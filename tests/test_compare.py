@@ -52,9 +52,11 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
     comp = compare(base, variants, [0, 1], tmp_path / "out", echo=lambda s: None)
     assert [(r["variant"], r["seed"]) for r in comp.rows] == [(v, s) for s in (0, 1) for v in variants]
     table = {row["variant"]: row for row in summary_table(comp)}
-    finals = [r["final_accuracy"] for r in comp.rows if r["variant"] == "fedprox"]
-    assert table["fedprox"]["mean"] == pytest.approx(np.mean(finals))
-    assert table["fedprox"]["std"] == pytest.approx(np.std(finals))
+    finals = [r["final_global_accuracy"] for r in comp.rows if r["variant"] == "fedprox"]
+    assert table["fedprox"]["global_accuracy_mean"] == pytest.approx(np.mean(finals))
+    assert table["fedprox"]["global_accuracy_std"] == pytest.approx(np.std(finals))
+    assert table["local"]["global_accuracy_mean"] is None  # no global model: never its personalized figure
+    assert table["local"]["personalized_accuracy_mean"] is not None
     for name in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "accuracy.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert set(json.loads((tmp_path / "out" / "histories.json").read_text())) == set(variants)
@@ -65,4 +67,12 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
         hashes = {r.data.tags["partition_hash"] for r, row in zip(runs, comp.rows) if row["seed"] == seed}
         assert len(hashes) == 1  # every method of a seed saw exactly the same partition
     parent = {a.path for a in client.list_artifacts(comp.parent_run_id)}
-    assert {"runs.csv", "summary.csv", "accuracy.png"} <= parent
+    assert {"runs.csv", "summary.csv", "accuracy.png", "summary_table.json"} <= parent
+    parent_metrics = client.get_run(comp.parent_run_id).data.metrics
+    assert parent_metrics["fedprox.global_accuracy_mean"] == pytest.approx(np.mean(finals))
+    assert "local.global_accuracy_mean" not in parent_metrics and "local.personalized_accuracy_mean" in parent_metrics
+    for run in runs:  # one sortable column for every method
+        assert {"final_personalized_accuracy", "bytes_sent", "wall_seconds"} <= set(run.data.metrics) or \
+            {"final_global_accuracy", "best_global_accuracy", "bytes_sent", "wall_seconds"} <= set(run.data.metrics)
+    local_run = next(r for r, row in zip(runs, comp.rows) if row["variant"] == "local")
+    assert "final_global_accuracy" not in local_run.data.metrics

@@ -99,7 +99,7 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     ray.get(actor.load.remote([ray.put(data)]))
     assert ray.get(actor.ping.remote()) is True
     payload = server.algorithm.payload(server.state, 0)
-    results, errors = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
+    results, errors, _seconds = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
     assert sorted(results) == [0, 2] and results[2].client_id == 2
     assert list(errors) == [1] and errors[1].startswith("KeyError: ") and "keeps client state" in errors[1]
     ray.kill(actor)

@@ -317,7 +317,7 @@ def test_registered_with_searchable_weights_and_temperatures():
     space = FedDebiasParams.search_space()
     assert {"lam", "mu", "tau1", "tau2"} <= set(space)
     assert space["tau2"]["low"] == 0.0 and space["lam"]["low"] == 0.1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"temperature 'divide' needs tau1 > 0 and tau2 > 0"):
         FedDebiasParams(temperature="divide", tau2=0.0)
 
 

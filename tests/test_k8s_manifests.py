@@ -5,7 +5,6 @@ No cluster, network or Docker is needed: the files are parsed and cross-checked.
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 import shlex
@@ -21,8 +20,6 @@ K8S = ROOT / "k8s"
 README = K8S / "README.md"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-CLI_PATH = ROOT / "orchestrator" / "cli.py"
-SWEEPS_DIR = ROOT / "configs" / "sweeps"
 
 PROJECT_IMAGE = "ghcr.io/mooring-fl/mooring:0.1.0"
 # Third-party images allowed besides the project image, with the only manifest using each.
@@ -31,12 +28,6 @@ EXAMPLE_SECRET = "secret.example.yaml"
 SECRET_NAME = "mooring-secrets"
 # Manifests kustomization.yaml must not list: placeholders only / a one-off job.
 NOT_IN_KUSTOMIZATION = {EXAMPLE_SECRET, "rayjob.yaml", "kustomization.yaml"}
-# The sweep config is written by another change; until configs/sweeps/ holds any file, the
-# RayJob must name exactly this path.
-EXPECTED_SWEEP_CONFIG = "configs/sweeps/fedfa_digits.yaml"
-# Used only while orchestrator/cli.py does not exist (or defines no subcommands we can
-# find): the subcommands the `mooring` CLI is planned to have.
-FALLBACK_SUBCOMMANDS = {"run", "compare", "sweep", "submit", "jobs", "bench", "ui", "config", "data"}
 
 SECRET_NAME_MARKERS = ("PASSWORD", "TOKEN", "SECRET", "KEY")
 PLACEHOLDER = re.compile(r"^(REPLACE[_-]?ME|CHANGE[_-]?ME|<[^<>]+>|\.\.\.)$", re.IGNORECASE)
@@ -158,37 +149,10 @@ def effective_security(container: dict[str, Any], spec: dict[str, Any]) -> dict[
 
 
 def cli_subcommands() -> set[str]:
-    """Subcommand names defined in orchestrator/cli.py, or FALLBACK_SUBCOMMANDS."""
-    if not CLI_PATH.is_file():
-        return FALLBACK_SUBCOMMANDS
-    names: set[str] = set()
-    tree = ast.parse(CLI_PATH.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        # A dispatch table: COMMANDS = {"run": ..., "sweep": ...} (looped over into add_parser)
-        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Dict):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and "COMMAND" in t.id.upper() for t in targets):
-                names |= {
-                    k.value
-                    for k in node.value.keys
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                }
-        # argparse: sub.add_parser("name"); click/typer: @cli.command("name") / name="..."
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in {"add_parser", "command", "group"}:
-                candidates = list(node.args[:1]) + [kw.value for kw in node.keywords if kw.arg == "name"]
-                names |= {
-                    a.value for a in candidates if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                }
-        # click/typer without an explicit name: @cli.command() def run_sweep(...) -> "run-sweep"
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            for deco in node.decorator_list:
-                call = deco if isinstance(deco, ast.Call) else None
-                func = call.func if call else deco
-                if isinstance(func, ast.Attribute) and func.attr == "command":
-                    if not (call and (call.args or any(kw.arg == "name" for kw in call.keywords))):
-                        names |= {node.name, node.name.replace("_", "-")}
-    return names or FALLBACK_SUBCOMMANDS
+    """The `mooring` subcommands (orchestrator/cli.py's dispatch table)."""
+    from orchestrator.cli import COMMANDS
+
+    return set(COMMANDS)
 
 
 def rayjob() -> dict[str, Any]:
@@ -520,13 +484,9 @@ def test_rayjob_sweep_uses_the_optuna_storage_variable() -> None:
     assert words[words.index("--storage") + 1] in {"$MOORING_OPTUNA_STORAGE", "${MOORING_OPTUNA_STORAGE}"}
 
 
-def test_rayjob_sweep_config_exists_or_is_the_expected_one() -> None:
+def test_rayjob_sweep_config_exists() -> None:
     config = entrypoint_words()[2]
-    has_sweeps = SWEEPS_DIR.is_dir() and any(p.is_file() for p in SWEEPS_DIR.iterdir())
-    if has_sweeps:
-        assert (ROOT / config).is_file(), f"{config} does not exist"
-    else:
-        assert config == EXPECTED_SWEEP_CONFIG
+    assert config.startswith("configs/sweeps/") and (ROOT / config).is_file(), f"{config} does not exist"
 
 
 def test_rayjob_shell_variables_are_expanded_on_the_head() -> None:
@@ -606,10 +566,16 @@ def test_mlflow_server_command_and_service() -> None:
 
     assert option("--host") == "0.0.0.0"
     assert option("--port") == "5000"
-    m = DB_URL.fullmatch(option("--backend-store-uri"))
+    # the database password reaches the server through its environment, never its command line
+    assert "--backend-store-uri" not in argv and not any("PASSWORD" in a for a in argv), argv
+    env_names = [e["name"] for e in container.get("env") or []]
+    store = env_map(container)["MLFLOW_BACKEND_STORE_URI"]["value"]
+    m = DB_URL.fullmatch(store)
     assert m and ENV_REF.match(m.group("password")), (
         "backend store must be a postgresql:// URL built from env vars"
     )
+    for name in K8S_VAR_REF.findall(store):  # the kubelet expands only variables defined earlier in the list
+        assert env_names.index(name) < env_names.index("MLFLOW_BACKEND_STORE_URI"), name
     assert m.group("host") == "postgres" and m.group("db") in init_script_databases()
     destination = option("--artifacts-destination")
     env = env_map(container)

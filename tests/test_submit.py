@@ -40,13 +40,13 @@ def test_options_before_the_pipeline_and_its_arguments_after():
 
 @pytest.mark.parametrize("argv", [["--follow", "--no-wait", "--", "run", "c.yaml"], ["--", "train", "c.yaml"]])
 def test_conflicting_modes_and_unknown_pipelines_are_usage_errors(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(SystemExit, match=r"^2$") as exit_info:
         parse(*argv)
     assert exit_info.value.code == 2
 
 
 def test_pipeline_arguments_are_checked_by_the_pipeline_parser_before_submitting(capsys):
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(SystemExit, match=r"^2$") as exit_info:
         main(["submit", "--", "run", "configs/default.yaml", "--no-such-option"])
     assert exit_info.value.code == 2
     assert "mooring submit -- run: error: unrecognized arguments: --no-such-option" in capsys.readouterr().err
@@ -63,7 +63,7 @@ def test_jobs_subcommands_parse():
     args = parser.parse_args(["jobs", "logs", "raysubmit_1", "--follow", "--address", "http://h:8265"])
     assert (args.action, args.job_id, args.follow, args.address) == ("logs", "raysubmit_1", True, "http://h:8265")
     assert parser.parse_args(["jobs", "list"]).action == "list"
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match=r"^2$"):
         parser.parse_args(["jobs", "stop"])  # the id is required
 
 
@@ -124,6 +124,24 @@ def test_a_sweep_needs_a_storage_every_node_reaches(capsys):
     for shared in ("postgresql://mooring@db:5432/optuna", "sqlite:////shared/optuna.db", "$MOORING_OPTUNA_STORAGE"):
         _, _, err = submit_main(capsys, *base, "--storage", shared)
         assert err.startswith("error: no Ray cluster reachable"), shared
+
+
+def test_a_literal_password_in_a_storage_or_tracking_uri_is_refused(capsys):
+    sweep = ["--", "sweep", "configs/sweeps/fedfa_digits.yaml", *SHARED]
+    code, out, err = submit_main(capsys, *sweep, "--storage", "postgresql://mooring:s3cret@db:5432/optuna")
+    assert code == 1 and out == "" and "s3cret" not in err
+    assert err.strip().splitlines() == [
+        "error: --storage carries a literal password, which the job's entrypoint would show on the dashboard: write "
+        "it as '$NAME' (an environment variable of the cluster's nodes, for example --storage "
+        "'postgresql://user:$PGPASSWORD@db:5432/optuna'), or pass --allow-literal-password"]
+    _, _, err = submit_main(capsys, "--", "run", "configs/default.yaml", *SHARED,
+                            "--set", "tracking.uri=postgresql://u:pw@db/mlflow")
+    assert err.startswith("error: tracking.uri carries a literal password")
+    for allowed in (["--storage", "postgresql://mooring:$PGPASSWORD@db:5432/optuna"],
+                    ["--storage", "postgresql://mooring:s3cret@db:5432/optuna"]):
+        flag = ["--allow-literal-password"] if "s3cret" in allowed[1] else []
+        _, _, err = submit_main(capsys, *flag, *sweep, *allowed)
+        assert err.startswith("error: no Ray cluster reachable"), allowed  # it got as far as the cluster
 
 
 def test_tracking_uris_and_paths_other_nodes_can_reach():
@@ -216,7 +234,7 @@ def test_a_failed_job_is_one_line_naming_its_logs():
             return self.status, "Job entrypoint command failed with exit code 1, last available logs"
 
     assert report_outcome(FinishedJob("SUCCEEDED"), "raysubmit_1") == 0
-    with pytest.raises(RunError) as failed:
+    with pytest.raises(RunError, match=r"^job raysubmit_1 failed: ") as failed:
         report_outcome(FinishedJob("FAILED"), "raysubmit_1")
     assert str(failed.value) == ("job raysubmit_1 failed: Job entrypoint command failed with exit code 1, last "
                                  "available logs; see `mooring jobs logs raysubmit_1 --address http://head:8265`")
@@ -227,3 +245,19 @@ def test_the_commands_stay_light_to_import():
             "print(' '.join(m for m in ('ray', 'torch', 'mlflow', 'orchestrator.run') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == ""
+
+
+def test_allow_local_paths_points_the_job_at_this_checkout(tmp_path):
+    from orchestrator.commands.submit import job_targets, parse_pipeline_args
+
+    parsed = parse_pipeline_args("compare", ["configs/default.yaml", "--set", "tracking.uri=sqlite:///m.db"])
+    _, configs, storage = job_targets("compare", parsed)
+    args = cluster.anchor_local_paths("compare", parsed, configs, storage, tmp_path)
+    assert args == ["--set", f"tracking.uri=sqlite:///{tmp_path}/m.db", "--set", f"checkpoint.dir={tmp_path}/runs",
+                    "--set", f"data.partitions_dir={tmp_path}/.mooring/partitions", "--out", f"{tmp_path}/results/compare"]
+    parsed = parse_pipeline_args("sweep", ["configs/sweeps/fedfa_digits.yaml", *SHARED])
+    _, configs, storage = job_targets("sweep", parsed)
+    assert cluster.anchor_local_paths("sweep", parsed, configs, storage, tmp_path) == \
+        ["--storage", f"sqlite:///{tmp_path}/optuna.db"]  # shared locations are left as they are
+    assert "ray stop" in subprocess.run([sys.executable, "-m", "orchestrator.cli", "jobs", "--help"],
+                                        capture_output=True, text=True, cwd=ROOT).stdout

@@ -1,7 +1,8 @@
 """Two `mooring sweep` drivers sharing one Optuna study on PostgreSQL, their trials on the shared Ray instance.
 
-Between them they run exactly n_trials trials: none lost, none run twice, and both end up reporting the
-same best trial, which `--best` reports too.
+The two start together on a new database and a new MLflow store, so both also race to create the schemas.
+Between them they run exactly n_trials trials: none lost, none run twice, each driver runs some, and both end
+up reporting the same best trial, which `--best` reports too.
 """
 from __future__ import annotations
 
@@ -17,16 +18,15 @@ from tests.conftest import requires_postgres
 from tests.test_sweep import DEFAULT, ROOT, TINY, mooring
 
 pytestmark = [requires_postgres, pytest.mark.postgres]
-STORAGE = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 BEST = re.compile(r"^best trial (\d+): accuracy:final = ([0-9.]+)", re.MULTILINE)
 
 
-def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path):
+def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path, new_postgres_databases):
     import optuna
     from mlflow.tracking import MlflowClient
 
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowClient(tracking_uri=mlflow_uri).search_experiments()  # create the tables once, before the drivers race
+    [storage] = new_postgres_databases(1)
     study_name = f"shared-{uuid.uuid4().hex[:10]}"
     path = tmp_path / "shared.yaml"
     path.write_text(yaml.safe_dump({
@@ -35,7 +35,7 @@ def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path):
                       "tracking.uri": mlflow_uri},
         "params": {"train.optimizer.lr": {"type": "float", "low": 0.05, "high": 0.5, "log": True}},
         "n_trials": 4, "parallel": 1, "sampler": {"name": "random", "seed": 0}, "pruner": {"name": "none"},
-        "study": study_name, "storage": STORAGE}))
+        "study": study_name, "storage": storage}))
     address = ray_session.get_runtime_context().gcs_address
     command = [sys.executable, "-m", "orchestrator.cli", "sweep", str(path), "--address", address]
     drivers = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -44,7 +44,7 @@ def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path):
     for d, (_, err) in zip(drivers, outputs):
         assert d.returncode == 0, err[-3000:]
 
-    study = optuna.load_study(study_name=study_name, storage=STORAGE)
+    study = optuna.load_study(study_name=study_name, storage=storage)
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(finished) == 4
     assert not [t for t in study.trials if t.state.name in ("FAIL", "RUNNING")]  # none lost
@@ -55,7 +55,8 @@ def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path):
     nested = client.search_runs([client.get_run(parent_id).info.experiment_id],
                                 f"tags.mlflow.parentRunId = '{parent_id}'")
     assert sorted(r.info.run_id for r in nested) == sorted(run_ids)  # no trial ran twice, nothing else ran
-    assert {t.user_attrs["driver"] for t in finished} <= set(_drivers(study))
+    assert {t.user_attrs["driver"] for t in finished} == set(_drivers(study))  # both drivers ran trials
+    assert len(_drivers(study)) == 2
 
     best = study.best_trial
     for out, _ in outputs:

@@ -172,7 +172,7 @@ def test_cifar_matches_torchvision_once_its_md5_check_is_bypassed(tmp_path, monk
 # ------------------------------------------------------------------------------- missing data, download
 def test_missing_mnist_names_the_absolute_directory_and_files(tmp_path, monkeypatch, download_calls):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(DatasetNotFound) as caught:
+    with pytest.raises(DatasetNotFound, match=r"^mnist: no data in ") as caught:
         load(make_opts("data", "mnist"))
     assert str(caught.value) == (
         f"mnist: no data in {tmp_path}/data/MNIST/raw; expected train-images-idx3-ubyte, "
@@ -183,7 +183,7 @@ def test_missing_mnist_names_the_absolute_directory_and_files(tmp_path, monkeypa
 
 
 def test_missing_cifar10_names_the_absolute_directory_and_files(tmp_path, download_calls):
-    with pytest.raises(DatasetNotFound) as caught:
+    with pytest.raises(DatasetNotFound, match=r"^cifar10: no data in ") as caught:
         load(make_opts(tmp_path, "cifar10"))
     assert str(caught.value) == (
         f"cifar10: no data in {tmp_path}/cifar-10-batches-py; expected data_batch_1, data_batch_2, "
@@ -220,7 +220,7 @@ def test_a_failed_download_is_one_line(tmp_path, monkeypatch):
         raise URLError("no network")
 
     monkeypatch.setattr(tvd.CIFAR10, "download", offline)
-    with pytest.raises(DatasetNotFound) as caught:
+    with pytest.raises(DatasetNotFound, match=r"^cifar10: could not download into ") as caught:
         load(make_opts(tmp_path, "cifar10", download=True))
     assert str(caught.value) == (
         f"cifar10: could not download into {tmp_path}/cifar-10-batches-py: <urlopen error no network>"

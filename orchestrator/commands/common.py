@@ -12,4 +12,5 @@ def add_config_args(parser: argparse.ArgumentParser, config_required: bool = Tru
 
 def add_address_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
-                        help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: a local one")
+                        help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: RAY_ADDRESS "
+                             "if set, else a new local Ray instance for this command")

@@ -1,4 +1,6 @@
-"""`mooring config show CONFIG [--set k=v ...]`: the resolved config, every default filled in."""
+"""`mooring config show|check CONFIG [--set k=v ...]`: the resolved config, every default filled in, including
+the hyperparameters of the algorithm it runs (`algorithm.NAME`, at the paper's defaults where unset); or only
+whether it is valid, output directories included (exit 0, or 2 with one line saying what is wrong)."""
 from __future__ import annotations
 
 from orchestrator.commands.common import add_config_args
@@ -6,11 +8,30 @@ from orchestrator.commands.common import add_config_args
 
 def configure(parser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_config_args(sub.add_parser("show", help="print the resolved config as YAML"))
+    add_config_args(sub.add_parser("show", help="print the resolved config as YAML, the active algorithm's "
+                                                "block with its defaults"))
+    add_config_args(sub.add_parser("check", help="check the config and that its output directories can be "
+                                                 "written, without running anything"))
+
+
+def resolved_yaml(cfg) -> str:
+    import yaml
+
+    raw = cfg.to_dict()
+    name = cfg.algorithm.name
+    raw["algorithm"][name] = cfg.algorithm.params_for().model_dump(mode="json")
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 def main(args) -> int:
     from orchestrator.config import load_config
 
-    print(load_config(args.config, args.overrides).to_yaml(), end="")
+    cfg = load_config(args.config, args.overrides)
+    if args.action == "check":
+        from orchestrator.run import check_output_dirs
+
+        check_output_dirs(cfg)
+        print(f"{args.config}: valid")
+        return 0
+    print(resolved_yaml(cfg), end="")
     return 0

@@ -6,8 +6,13 @@ from datetime import datetime
 
 from orchestrator.cluster import add_cluster_args
 
+STOP_HEAD = ("A Ray head started for Mooring (`ray start --head`) keeps running after its jobs end; stop it with "
+             "`ray stop` on the head node, and on each worker node that joined it (from the environment that "
+             "started it). `mooring jobs stop ID` stops one job, not the cluster.")
+
 
 def configure(parser) -> None:
+    parser.epilog = STOP_HEAD
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_cluster_args(sub.add_parser("list", help="every job the cluster knows, newest first"))
     for action, help_text in (("status", "a job's status and Ray's message about it"),

@@ -1,8 +1,8 @@
-"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--resume RUN_DIR]`."""
+"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--resume RUN_DIR [--from-round N]]
+[--profile]`."""
 from __future__ import annotations
 
 import json
-import sys
 
 from orchestrator.commands.common import add_address_arg, add_config_args
 
@@ -12,35 +12,106 @@ def configure(parser) -> None:
     add_address_arg(parser)
     parser.add_argument("--output-json", default=None, metavar="PATH", help="write the result (accuracies, history) as JSON")
     parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run from its last checkpoint")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--from-round", type=int, default=None, metavar="N",
+                        help="with --resume: continue from the checkpoint of round N instead of the latest")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress (by default a bar on a terminal, else one line per round at most every 5 s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print where the run's time went: start-up, each part of a round, shutdown")
 
 
 def print_summary(result, tracking_uri: str | None) -> None:
     def pct(v):
-        return "n/a" if v is None else f"{100 * v:.2f}%"
+        return "–" if v is None else f"{100 * v:.2f} %"
 
-    print(f"\n{result.algorithm} (seed {result.seed}): final accuracy {pct(result.final_accuracy)}, "
-          f"best {pct(result.best_accuracy)}"
-          + (f", personalized {pct(result.personalized_accuracy)}" if result.personalized_accuracy is not None else "")
-          + f", {result.rounds} rounds in {result.wall_seconds:.1f} s")
+    print(f"\n{result.algorithm} (seed {result.seed}), {result.rounds} rounds in {result.wall_seconds:.1f} s\n"
+          f"  global model:        final {pct(result.final_accuracy)}, best {pct(result.best_accuracy)}\n"
+          f"  personalized models: final {pct(result.personalized_accuracy)}, "
+          f"best {pct(result.best_personalized_accuracy)}")
     print(f"run directory: {result.run_dir}")
     if result.mlflow_run_id:
         print(f"MLflow run {result.mlflow_run_id} in {tracking_uri}; browse with `mooring ui`")
 
 
 def main(args) -> int:
+    import os
+
+    import ray
+
     from orchestrator.run import load_config_for_run, run_experiment
     from orchestrator.tracking import resolve_uri
 
+    if args.from_round is not None and not args.resume:
+        from orchestrator.config import ConfigError
+
+        raise ConfigError("--from-round N needs --resume RUN_DIR")
     cfg = load_config_for_run(args.config, args.overrides, args.resume)
     if args.output_json:
         _check_writable(args.output_json)
-    result = run_experiment(cfg, address=args.address, resume_dir=args.resume, progress=not args.quiet and sys.stderr.isatty())
+    before_run = seconds_since_launch()
+    ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
+    try:
+        result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
+                                progress=not args.quiet)
+    except BaseException:
+        shutdown_ray()
+        raise
     print_summary(result, resolve_uri(cfg.tracking.uri) if cfg.tracking.enabled else None)
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(result.to_json(), f, indent=1)
+    if args.profile:
+        print_profile(result, before_run)
+    if ray_started_here:
+        exit_without_ray_shutdown()
     return 0
+
+
+def exit_without_ray_shutdown() -> None:
+    """End this process now, the result written, instead of waiting for Ray's orderly shutdown of the local
+    instance this process started (it stops each of Ray's processes in turn, giving each up to a second).
+    Ray starts that instance's processes fate-shared with this one (on Linux the kernel kills them when this
+    process exits, elsewhere Ray's reaper process does), and its workers exit when their raylet does."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def seconds_since_launch() -> float:
+    """Seconds since this process started: the interpreter, the imports and reading the config."""
+    import time
+
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def print_profile(result, before_run: float) -> None:
+    """Every phase's count, median and total (see orchestrator/phases.py), then Ray's shutdown, timed here."""
+    import time
+
+    import ray
+
+    from orchestrator.phases import profile_table
+
+    shutdown = time.perf_counter()
+    ray.shutdown()
+    phases = {"start: interpreter, imports, config": [before_run], **result.phases,
+              "end: Ray shutdown": [time.perf_counter() - shutdown]}
+    print("\nwhere the time went (a phase marked 'in the background' overlaps others):")
+    print(profile_table(phases))
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray instance this command started (or disconnect from a cluster) before exiting, so none of
+    its processes outlive the command."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _check_writable(path: str) -> None:

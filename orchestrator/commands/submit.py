@@ -4,7 +4,8 @@ The job runs `python -m orchestrator.cli PIPELINE ARGS` on the cluster's head no
 working directory (orchestrator.cluster.EXCLUDES left out). Before anything is sent, ARGS are parsed as the
 pipeline would parse them and the configs they name are loaded with their --set overrides: a tracking URI,
 checkpoint dir, partitions dir or sweep storage that is a relative local path would end up on the head node
-only, so it is refused unless --allow-local-paths. By default the command waits for the job and exits 0 only
+only, so it is refused unless --allow-local-paths, which points such paths at this checkout instead (on a
+single-node cluster it is on the head node: the job would otherwise write into Ray's temporary copy). By default the command waits for the job and exits 0 only
 if it succeeded; --follow also prints its logs; --no-wait returns after printing the job id.
 """
 from __future__ import annotations
@@ -23,8 +24,12 @@ def configure(parser) -> None:
     mode.add_argument("--follow", action="store_true", help="print the job's logs as they come, until it ends")
     mode.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
     parser.add_argument("--allow-local-paths", action="store_true",
-                        help="accept relative local paths for tracking, checkpoints, partitions and sweep storage "
-                             "(a single-node cluster, where the head node is the only node)")
+                        help="a single-node cluster, submitted from the head node: relative local paths for "
+                             "tracking, checkpoints, partitions, compare's --out and sweep storage are made absolute "
+                             "under this checkout (not Ray's temporary copy of it) and printed at the end")
+    parser.add_argument("--allow-literal-password", action="store_true",
+                        help="accept a password written out in a tracking or storage URI (it shows in the job's "
+                             "entrypoint on the dashboard); by default use the '$NAME' form")
     parser.add_argument("pipeline", choices=PIPELINES, metavar="PIPELINE",
                         help=f"what the job runs: {', '.join(PIPELINES)}")
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
@@ -41,7 +46,13 @@ def main(args) -> int:
     config_path, configs, storage = job_targets(args.pipeline, parsed)
     if config_path:
         cluster.check_config_path(config_path)
-    if not args.allow_local_paths:
+    if not args.allow_literal_password:
+        cluster.refuse_literal_passwords(cluster.literal_password_problems(configs, storage))
+    local_outputs: list[str] = []
+    if args.allow_local_paths:
+        local_outputs = cluster.anchor_local_paths(args.pipeline, parsed, configs, storage, root)
+        pipeline_args += local_outputs
+    else:
         problems = cluster.local_path_problems(configs, storage, needs_storage=args.pipeline == "sweep")
         resume = getattr(parsed, "resume", None)
         if resume and cluster.is_relative_local(resume):
@@ -62,7 +73,13 @@ def main(args) -> int:
     except KeyboardInterrupt:
         print(f"\nstopped waiting; the job goes on (stop it with `{hint.format('stop')}`)", file=sys.stderr)
         return 130
-    return report_outcome(api, job_id)
+    try:
+        return report_outcome(api, job_id)
+    finally:
+        if local_outputs:
+            print("outputs on the head node: " + ", ".join(a.split("=", 1)[-1] for a in local_outputs
+                                                          if a not in ("--set", "--out", "--storage")),
+                  file=sys.stderr)
 
 
 def parse_pipeline_args(pipeline: str, argv: list[str]) -> argparse.Namespace:

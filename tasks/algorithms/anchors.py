@@ -20,7 +20,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from tasks.algorithms.base import ClientUpdate, State
+from tasks.algorithms.base import ClientUpdate, State, evaluating
 from tasks.models import FLModel
 
 CLASSIFIER_PREFIX = "classifier."
@@ -57,16 +57,14 @@ def pooled_class_means(sums: list[torch.Tensor], counts: list[torch.Tensor],
 def feature_anchor_distance(model: FLModel, x: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
                             batch_size: int = 1024) -> tuple[float, float]:
     """(mean ‖h − a_y‖, mean ‖h‖) over the samples, features in eval mode."""
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     anchors = anchors.to(device)
     dist, norm = 0.0, 0.0
-    for start in range(0, len(y), batch_size):
-        h = model.features(x[start:start + batch_size].to(device))
-        dist += float((h - anchors[y[start:start + batch_size].to(device)]).norm(dim=1).sum())
-        norm += float(h.norm(dim=1).sum())
-    model.train(was_training)
+    with evaluating(model):
+        for start in range(0, len(y), batch_size):
+            h = model.features(x[start:start + batch_size].to(device))
+            dist += float((h - anchors[y[start:start + batch_size].to(device)]).norm(dim=1).sum())
+            norm += float(h.norm(dim=1).sum())
     n = max(1, len(y))
     return dist / n, norm / n
 

@@ -8,15 +8,25 @@ Read it like Flower's strategy API:
                  updates = [client_update(payload, data_i, state_i, ctx_i) for sampled i]
                  state = aggregate(state, updates, t) # in client-id order, so results never depend on timing
     client:  init_client(data, gen) -> persistent client state (a personal head, a private model, ...)
+             local_objective(payload, data, state_i, ctx) -> where training starts and what the loss reads
+             local_loss(params, x, y, h, logits, inputs)  -> the per-batch loss (CE plus the method's term)
+             client_result(trained, loss, ...)            -> the update sent up and the client's next state
              client_evaluate(...)   -> personalized accuracy on the client's own test split
+
+The engines (tasks/algorithms/engines.py) own the loop, the optimizer and the masks: `sequential` trains one
+client at a time (the bitwise reference), `vectorized` all of an actor's clients at once with torch.func. A
+method whose local training is not (yet) a `local_loss` overrides `client_update` and says why in
+`not_vectorized`; it then always trains sequentially.
 
 Everything here is plain PyTorch: no Ray. State is nested dicts of tensors and plain numbers, so it is
 checkpointed with `torch.save` and loaded with `weights_only=True` (no pickled code runs on load).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,7 +45,7 @@ State = dict[str, Any]
 class HyperParams(BaseModel):
     """An algorithm's hyperparameters: paper defaults, validation ranges, and the sweeps' search ranges."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @classmethod
     def search_space(cls) -> dict[str, dict[str, Any]]:
@@ -97,6 +107,8 @@ class Setup:
     num_clients: int
     model_name: str
     model_options: dict = field(default_factory=dict)
+    model_init: str = "torch_default"  # tasks/models/init.py
+    model_head_init: str | None = None
     train: TrainSettings = field(default_factory=TrainSettings)
     seed: int = 0
 
@@ -160,6 +172,25 @@ def nbytes(obj: Any) -> int:
     return 0
 
 
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """The same nested structure (dicts, lists, tuples, dataclasses such as ClientData and ClientUpdate) with
+    every tensor on `device`. A tensor already there is shared, not copied; other values are kept as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: to_device(getattr(obj, f.name), device)
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 @dataclass
 class ClientUpdate:
     """What one client sends back: shared tensors, per-class statistics, and metrics (never raw data)."""
@@ -186,7 +217,8 @@ class Algorithm:
     # A client's state persists between its rounds, so it always trains on the actor that holds it. Methods
     # whose clients keep nothing say False: the coordinator then balances each round's clients over actors.
     keeps_client_state: ClassVar[bool] = True
-    spec: ClassVar[str] = ""  # the spec section it implements
+    # why the vectorized engine cannot train this method ("" = it can); the README lists every reason
+    not_vectorized: ClassVar[str] = ""
 
     def __init__(self, params: HyperParams, setup: Setup):
         self.params = params
@@ -201,7 +233,8 @@ class Algorithm:
         options = self.setup.model_options if options is None else options
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.setup.seed if seed is None else seed)
-            return build_model(name, self.setup.input_shape, self.num_classes, options)
+            return build_model(name, self.setup.input_shape, self.num_classes, options,
+                               self.setup.model_init, self.setup.model_head_init)
 
     def working_model(self, state: State | None = None, key: Any = "global", device=None) -> FLModel:
         """A per-process model instance reused across clients, loaded with `state` (avoids rebuilding)."""
@@ -235,8 +268,10 @@ class Algorithm:
         """Server-side diagnostics logged each round (anchor distances, classifier similarity, ...)."""
         return {}
 
-    # one-off exchange before round 0 (FedDebias' shared pseudo-data): clients contribute, the server folds
-    needs_setup: ClassVar[bool] = False
+    # one-off exchange before round 0 (FedDebias' shared pseudo-data): clients contribute, the server folds;
+    # it runs for a method that overrides server_setup
+    def needs_setup(self) -> bool:
+        return type(self).server_setup is not Algorithm.server_setup
 
     def client_setup(self, data: ClientData, generator: torch.Generator) -> State:
         return {}
@@ -246,8 +281,10 @@ class Algorithm:
 
     # an exchange at the start of every round, before training, with the same clients (FedFM's anchors from
     # the broadcast model, eqs. 8-9): each client's contribution, then the server folds them into the state,
-    # and the round's payload is taken again from the new state
-    pre_round_exchange: ClassVar[bool] = False
+    # and the round's payload is taken again from the new state; it runs for a method that overrides
+    # server_pre_round
+    def exchanges_before_round(self) -> bool:
+        return type(self).server_pre_round is not Algorithm.server_pre_round
 
     def client_pre_round(self, payload: State, data: ClientData, client_state: State, ctx: RoundContext) -> State:
         return {}
@@ -260,23 +297,68 @@ class Algorithm:
         """Persistent per-client state, created on first use (seed it from setup.seed and data.client_id)."""
         return {}
 
+    def local_objective(self, payload: State, data: ClientData, client_state: State,
+                        ctx: RoundContext) -> LocalObjective:
+        """Where this client's training starts and the tensors its `local_loss` reads this round."""
+        return LocalObjective(start=payload["model"])
+
+    def local_loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, h: torch.Tensor,
+                   logits: torch.Tensor, inputs: State, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The per-batch loss as a function of the parameters (h, logits = the model's forward on x under them).
+
+        `weight` (0/1 per sample, the vectorized engine's padding mask) turns every batch mean into a mean over
+        the real samples; None (the sequential engine) is the plain mean. No in-place change of any module state:
+        the vectorized engine calls it under `torch.func.vmap`."""
+        return cross_entropy(logits, y, weight)
+
+    def client_result(self, trained: State, train_loss: float, payload: State, data: ClientData,
+                      client_state: State, ctx: RoundContext) -> tuple[ClientUpdate, State]:
+        """The update sent up and the client's next state, from its trained model's tensors (CPU copies)."""
+        return ClientUpdate(data.client_id, data.num_samples, tensors=trained,
+                            metrics={"train_loss": train_loss}), client_state
+
     def client_update(self, payload: State, data: ClientData, client_state: State,
                       ctx: RoundContext) -> tuple[ClientUpdate, State]:
-        model = self.working_model(payload["model"], device=ctx.device)
-        loss = train_supervised(model, data, ctx)
-        return ClientUpdate(data.client_id, data.num_samples, tensors=state_of(model),
-                            metrics={"train_loss": loss}), client_state
+        """One client's round on the sequential engine (the bitwise reference)."""
+        objective = self.local_objective(payload, data, client_state, ctx)
+        model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
+        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs)
+        return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
 
     def client_evaluate(self, payload: State, data: ClientData, client_state: State,
                         ctx: RoundContext) -> dict[str, tuple[float, float]]:
         """Personalized evaluation: {metric: (correct, total)}; "acc" is the headline."""
         return {}
 
+    def vectorized_refusal(self) -> str:
+        """Why the vectorized engine cannot train this method, or "" if it can."""
+        if self.not_vectorized:
+            return self.not_vectorized
+        if type(self).client_update is not Algorithm.client_update:
+            return f"{self.name} trains in its own client_update, not through local_loss"
+        return ""
+
+
+@dataclass
+class LocalObjective:
+    """One client's round as the engines see it: the state its model starts from, and the tensors its loss reads
+    (the global model for FedProx, anchors for FedFM, ...). A tensor that is the same object for every client of
+    a round (a payload tensor) is shared by the vectorized engine rather than copied per client."""
+
+    start: State
+    inputs: State = field(default_factory=dict)
+    model_key: Any = "global"  # which per-process model (architecture) trains it
+
 
 # ------------------------------------------------------------------------------- shared building blocks
 def state_of(model: nn.Module) -> State:
     """A detached CPU copy of a model's tensors."""
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def on_device(tensors: State, device) -> State:
+    """The tensors of a flat state on `device` (on CPU: the very same tensor objects)."""
+    return {k: v.to(device) for k, v in tensors.items()}
 
 
 def weighted_average(states: list[State], weights: list[float]) -> State:
@@ -301,24 +383,29 @@ def make_optimizer(params, ctx: RoundContext) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=ctx.lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
-def local_batches(data: ClientData, ctx: RoundContext) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The round's mini-batches: `local_epochs` shuffled passes, or `local_steps` batches drawn with
-    replacement; all randomness from the client's round generator."""
-    t, n, g = ctx.train, data.num_samples, ctx.generator
+def batch_indices(num_samples: int, train: TrainSettings, generator: torch.Generator) -> list[torch.Tensor]:
+    """The round's mini-batches as sample indices: `local_epochs` shuffled passes, or `local_steps` batches drawn
+    with replacement; all randomness from the client's round generator (both engines draw them here)."""
+    n, t = num_samples, train
     if n == 0:
-        return
+        return []
     if t.local_steps is not None:
-        for _ in range(t.local_steps):
-            idx = torch.randint(n, (min(t.batch_size, n),), generator=g)
-            yield data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
-        return
+        return [torch.randint(n, (min(t.batch_size, n),), generator=generator) for _ in range(t.local_steps)]
+    batches = []
     for _ in range(t.local_epochs):
-        order = torch.randperm(n, generator=g)
+        order = torch.randperm(n, generator=generator)
         for start in range(0, n, t.batch_size):
             idx = order[start:start + t.batch_size]
             if t.drop_last and len(idx) < t.batch_size and n >= t.batch_size:
                 break
-            yield data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
+            batches.append(idx)
+    return batches
+
+
+def local_batches(data: ClientData, ctx: RoundContext) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The round's mini-batches of (x, y), on the round's device."""
+    for idx in batch_indices(data.num_samples, ctx.train, ctx.generator):
+        yield data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
 
 
 def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, model: nn.Module, ctx: RoundContext) -> None:
@@ -329,20 +416,20 @@ def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, model: nn.Module,
     optimizer.step()
 
 
-def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_loss=None, after_step=None) -> float:
-    """Cross-entropy training over the round's batches; returns the mean loss.
+LossFn = Callable[..., torch.Tensor]  # (params, x, y, h, logits, inputs, weight=None) -> loss
 
-    extra_loss(model, x, y, h, logits) -> tensor adds a term (FedProx, FedFA, FedFM, ...);
-    after_step(model, x, y) runs after each optimizer step (FedFA's classifier calibration)."""
+
+def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn: LossFn, inputs: State,
+                    after_step=None) -> float:
+    """The sequential engine: the round's batches, loss_fn on the model's forward, an optimizer step each;
+    returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration)."""
     model.train()
     optimizer = make_optimizer(model.parameters(), ctx)
+    params = dict(model.named_parameters())
     total, count = 0.0, 0
     for x, y in local_batches(data, ctx):
-        h = model.features(x)
-        logits = model.classifier(h)
-        loss = F.cross_entropy(logits, y)
-        if extra_loss is not None:
-            loss = loss + extra_loss(model, x, y, h, logits)
+        h, logits = model(x, return_features=True)
+        loss = loss_fn(params, x, y, h, logits, inputs)
         step(optimizer, loss, model, ctx)
         if after_step is not None:
             after_step(model, x, y)
@@ -351,19 +438,52 @@ def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_
     return total / max(count, 1)
 
 
+def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_loss=None, after_step=None) -> float:
+    """Cross-entropy plus extra_loss(model, x, y, h, logits), for methods that train in their own client_update."""
+    def loss_fn(params, x, y, h, logits, inputs):
+        loss = F.cross_entropy(logits, y)
+        return loss if extra_loss is None else loss + extra_loss(model, x, y, h, logits)
+    return train_objective(model, data, ctx, loss_fn, {}, after_step)
+
+
+def batch_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Mean over the batch's first dimension; with 0/1 weights, over the real (weight 1) samples only."""
+    if weight is None:
+        return values.mean(dim=0)
+    w = weight.reshape(-1, *([1] * (values.dim() - 1)))
+    return (values * w).sum(dim=0) / weight.sum().clamp_min(1.0)
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the batch (over its real samples when `weight` masks padding)."""
+    if weight is None:
+        return F.cross_entropy(logits, y)
+    return batch_mean(F.cross_entropy(logits, y, reduction="none"), weight)
+
+
+@contextmanager
+def evaluating(model: nn.Module):
+    """The model in eval mode for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def class_feature_stats(model: FLModel, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                         batch_size: int = 1024, normalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class sums of (optionally ℓ2-normalised) features and per-class counts, in eval mode."""
-    was_training = model.training
-    model.eval()
     sums = torch.zeros(num_classes, model.feature_dim, dtype=torch.float64)
-    for start in range(0, len(y), batch_size):
-        h = model.features(x[start:start + batch_size]).to(torch.float64).cpu()
-        if normalize:
-            h = F.normalize(h, dim=1)
-        sums.index_add_(0, y[start:start + batch_size].cpu(), h)
-    model.train(was_training)
+    device = model_device(model)
+    with evaluating(model):
+        for start in range(0, len(y), batch_size):
+            h = model.features(x[start:start + batch_size].to(device)).to(torch.float64).cpu()
+            if normalize:
+                h = F.normalize(h, dim=1)
+            sums.index_add_(0, y[start:start + batch_size].cpu(), h)
     counts = torch.bincount(y.cpu(), minlength=num_classes).to(torch.float64)
     return sums, counts
 
@@ -371,13 +491,13 @@ def class_feature_stats(model: FLModel, x: torch.Tensor, y: torch.Tensor, num_cl
 @torch.no_grad()
 def count_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
                   predict=None) -> int:
-    """Number of correct top-1 predictions; `predict(x) -> labels` overrides argmax of the logits."""
-    was_training = model.training
-    model.eval()
+    """Number of correct top-1 predictions, computed where the model is; `predict(x) -> labels` overrides
+    argmax of the logits."""
+    device = model_device(model)
     correct = 0
-    for start in range(0, len(y), batch_size):
-        xb = x[start:start + batch_size]
-        pred = predict(xb) if predict is not None else model(xb).argmax(dim=1)
-        correct += int((pred.cpu() == y[start:start + batch_size].cpu()).sum())
-    model.train(was_training)
+    with evaluating(model):
+        for start in range(0, len(y), batch_size):
+            xb = x[start:start + batch_size].to(device)
+            pred = predict(xb) if predict is not None else model(xb).argmax(dim=1)
+            correct += int((pred.cpu() == y[start:start + batch_size].cpu()).sum())
     return correct

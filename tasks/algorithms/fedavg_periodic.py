@@ -14,15 +14,14 @@ from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
     HyperParams,
+    LocalObjective,
     RoundContext,
     State,
     searchable,
     state_of,
-    train_supervised,
     weighted_average,
 )
 from tasks.algorithms.registry import register
-from tasks.models import FLModel
 
 
 def model_goes_down(round_idx: int, period: int) -> bool:
@@ -63,8 +62,8 @@ class PeriodicModelSync:
             return client_state["model"]
         return state_of(self.new_model())
 
-    def next_client_state(self, model: FLModel, client_state: State) -> State:
-        return {**client_state, "model": state_of(model)}
+    def next_client_state(self, trained: State, client_state: State) -> State:
+        return {**client_state, "model": trained}
 
 
 class PeriodicParams(HyperParams):
@@ -75,14 +74,14 @@ class PeriodicParams(HyperParams):
 class FedAvgPeriodic(PeriodicModelSync, Algorithm):
     name = "fedavg_periodic"
     Params = PeriodicParams
-    spec = "specs/fedfm.md §12 (equal-budget FedAvg)"
 
     def aggregate(self, state, updates, round_idx):
         return average_sent_models(state, updates)
 
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
-        loss = train_supervised(model, data, ctx)
-        tensors = state_of(model) if self.uploads_model(ctx.round) else {}
-        return (ClientUpdate(data.client_id, data.num_samples, tensors=tensors, metrics={"train_loss": loss}),
-                self.next_client_state(model, client_state))
+    def local_objective(self, payload, data, client_state, ctx):
+        return LocalObjective(start=self.starting_model(payload, client_state))
+
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        tensors = trained if self.uploads_model(ctx.round) else {}
+        return (ClientUpdate(data.client_id, data.num_samples, tensors=tensors, metrics={"train_loss": train_loss}),
+                self.next_client_state(trained, client_state))

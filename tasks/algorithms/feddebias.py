@@ -175,8 +175,7 @@ def min_loss(model: nn.Module, projector: nn.Module | None, z_p: torch.Tensor | 
 class FedDebias(Algorithm):
     name = "feddebias"
     Params = FedDebiasParams
-    spec = "specs/feddebias.md"
-    needs_setup = True
+    not_vectorized = "its max step (the projector's own optimizer) alternates with the min step every batch"
 
     def __init__(self, params: FedDebiasParams, setup):
         super().__init__(params, setup)

@@ -130,7 +130,8 @@ class FedFA(Algorithm):
     name = "fedfa"
     keeps_client_state = False
     Params = FedFAParams
-    spec = "specs/fedfa.md §2–§5"
+    not_vectorized = ("its anchor estimate (a moving average of the batches' class means) and its classifier "
+                      "calibration (an Adam step after every step) are not yet written functionally")
 
     def init_global(self):
         model = self.new_model()

@@ -20,7 +20,7 @@ schedule of tasks/algorithms/fedavg_periodic.py); between syncs each client trai
 """
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -37,12 +37,14 @@ from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
     HyperParams,
+    LocalObjective,
     RoundContext,
     State,
+    batch_mean,
     class_feature_stats,
+    cross_entropy,
     searchable,
     state_of,
-    train_supervised,
 )
 from tasks.algorithms.fedavg_periodic import PeriodicModelSync, average_sent_models
 from tasks.algorithms.registry import register
@@ -64,15 +66,19 @@ class FedFMLiteParams(FedFMParams):
 
 
 # ----------------------------------------------------------------------------------------- losses
-def contrastive_guiding_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, tau: float) -> torch.Tensor:
+def contrastive_guiding_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, tau: float,
+                             weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean CE of softmax_n(cos(h, a_n)/τ) against the true class, all C anchors in the denominator."""
     logits = F.normalize(h, dim=1) @ F.normalize(anchors, dim=1).T / tau
-    return F.cross_entropy(logits, y)
+    return cross_entropy(logits, y, weight)
 
 
-def l2_matching_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+def l2_matching_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
+                     weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over the B·d entries of (h/‖h‖ − a_y/‖a_y‖)², i.e. (2 − 2·cos)/d per sample."""
-    return F.mse_loss(F.normalize(h, dim=1), F.normalize(anchors, dim=1)[y])
+    if weight is None:
+        return F.mse_loss(F.normalize(h, dim=1), F.normalize(anchors, dim=1)[y])
+    return batch_mean(((F.normalize(h, dim=1) - F.normalize(anchors, dim=1)[y]) ** 2).mean(dim=1), weight)
 
 
 def class_stats(model: FLModel, data: ClientData, device: torch.device) -> State:
@@ -94,10 +100,8 @@ class FedFM(Algorithm):
     name = "fedfm"
     keeps_client_state = False
     Params = FedFMParams
-    spec = "specs/fedfm.md §2–§3, §5"
     # FedFM: anchors from the broadcast model, before training (pre-round exchange); Lite: from the trained
     # local model, uploaded with the update and used in the next round
-    pre_round_exchange: ClassVar[bool] = True
 
     def init_global(self):
         model = self.new_model()
@@ -118,7 +122,7 @@ class FedFM(Algorithm):
         if not updates:
             return {**state, "diagnostics": {}}
         new = {**state, "diagnostics": model_diagnostics(updates, state["model"])}
-        if not self.pre_round_exchange:
+        if not self.exchanges_before_round():
             new["anchors"] = updated_anchors([u.stats for u in updates], state["anchors"])
         return average_sent_models(new, updates)
 
@@ -132,32 +136,38 @@ class FedFM(Algorithm):
     def starting_model(self, payload: State, client_state: State) -> State:
         return payload["model"]
 
-    def next_client_state(self, model: FLModel, client_state: State) -> State:
+    def next_client_state(self, trained: State, client_state: State) -> State:
         return client_state
 
-    def matching_loss(self, anchors: torch.Tensor):
-        """extra_loss hook: λ·L_FM against the round's fixed anchors."""
-        lam, tau = self.params.lam, self.params.tau
-        if self.params.loss == "cg":
-            return lambda m, x, y, h, logits: lam * contrastive_guiding_loss(h, y, anchors, tau)
-        return lambda m, x, y, h, logits: lam * l2_matching_loss(h, y, anchors)
+    def local_objective(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        """The round's fixed anchors; none during the warm-up rounds t < T_s (plain FedAvg)."""
+        matching = ctx.round >= self.params.warmup_rounds
+        inputs = {"anchors": payload["anchors"].to(ctx.device)} if matching else {}
+        return LocalObjective(start=self.starting_model(payload, client_state), inputs=inputs)
 
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
-        anchors = payload["anchors"].to(ctx.device)
-        matching = self.matching_loss(anchors) if ctx.round >= self.params.warmup_rounds else None
-        loss = train_supervised(model, data, ctx, extra_loss=matching)
-        stats = {} if self.pre_round_exchange else class_stats(model, data, ctx.device)
-        distance, norm = feature_anchor_distance(model, data.x, data.y, anchors)
-        tensors = state_of(model) if self.uploads_model(ctx.round) else {}
-        metrics = {"train_loss": loss, "feature_anchor_distance": distance, "feature_norm": norm}
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):
+        """CE + λ·L_FM against the round's anchors (fedfm.md §2.2, the code's CG loss or ℓ2 matching)."""
+        loss = cross_entropy(logits, y, weight)
+        if "anchors" not in inputs:
+            return loss
+        if self.params.loss == "cg":
+            return loss + self.params.lam * contrastive_guiding_loss(h, y, inputs["anchors"], self.params.tau, weight)
+        return loss + self.params.lam * l2_matching_loss(h, y, inputs["anchors"], weight)
+
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(trained, device=ctx.device)
+        stats = {} if self.exchanges_before_round() else class_stats(model, data, ctx.device)
+        distance, norm = feature_anchor_distance(model, data.x, data.y, payload["anchors"])
+        tensors = trained if self.uploads_model(ctx.round) else {}
+        metrics = {"train_loss": train_loss, "feature_anchor_distance": distance, "feature_norm": norm}
         update = ClientUpdate(data.client_id, data.num_samples, tensors=tensors, stats=stats, metrics=metrics)
-        return update, self.next_client_state(model, client_state)
+        return update, self.next_client_state(trained, client_state)
 
 
 @register
 class FedFMLite(PeriodicModelSync, FedFM):
     name = "fedfm_lite"
     Params = FedFMLiteParams
-    spec = "specs/fedfm.md §4"
-    pre_round_exchange = False
+    # anchors from the trained local model, uploaded with the update: no exchange before the round
+    client_pre_round = Algorithm.client_pre_round
+    server_pre_round = Algorithm.server_pre_round

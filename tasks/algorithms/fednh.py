@@ -42,10 +42,10 @@ from tasks.algorithms.base import (
     HyperParams,
     RoundContext,
     class_feature_stats,
+    evaluating,
     searchable,
     seeded_generator,
     state_of,
-    train_supervised,
     weighted_average,
 )
 from tasks.algorithms.fedavg import FedAvg
@@ -108,11 +108,8 @@ class NormalizedBodyModel(FLModel):
 # ----------------------------------------------------------------------- personalized evaluation (§5)
 @torch.no_grad()
 def predictions(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    was_training = model.training
-    model.eval()
-    pred = torch.cat([model(x[i:i + batch_size]).argmax(dim=1).cpu() for i in range(0, len(x), batch_size)])
-    model.train(was_training)
-    return pred
+    with evaluating(model):
+        return torch.cat([model(x[i:i + batch_size]).argmax(dim=1).cpu() for i in range(0, len(x), batch_size)])
 
 
 def weighted_correct(correct: torch.Tensor, y: torch.Tensor, class_weight: torch.Tensor) -> tuple[float, float]:
@@ -124,8 +121,10 @@ def weighted_correct(correct: torch.Tensor, y: torch.Tensor, class_weight: torch
 def personalized_accuracies(model: nn.Module, data: ClientData, device=None) -> dict[str, tuple[float, float]]:
     """acc on the client's own test split; PM(L) and PM(V) on the global test set as the client sees it."""
     to = (lambda t: t.to(device)) if device is not None else (lambda t: t)
-    own = predictions(model, to(data.x_test)) == data.y_test.cpu()
-    out = {"acc": (float(own.sum()), float(len(own)))}
+    out = {}
+    if len(data.y_test):  # §12.1 trains on all client data: no own split, PM on the global test set only
+        own = predictions(model, to(data.x_test)) == data.y_test.cpu()
+        out["acc"] = (float(own.sum()), float(len(own)))
     if data.global_x_test is not None:
         y = data.global_y_test.cpu()
         correct = predictions(model, to(data.global_x_test)) == y
@@ -151,7 +150,6 @@ class LatestLocalModelEvaluation:
 class FedNH(LatestLocalModelEvaluation, Algorithm):
     name = "fednh"
     Params = FedNHParams
-    spec = "specs/fednh.md §2–§6, §11"
 
     def new_model(self, seed: int | None = None, name: str | None = None, options: dict | None = None) -> FLModel:
         body = super().new_model(seed, name, options)
@@ -181,18 +179,17 @@ class FedNH(LatestLocalModelEvaluation, Algorithm):
                 "prototype_min_distance": mean_nearest_neighbour_distance(state["model"][PROTOTYPES])}
 
     # ------------------------------------------------------------------ client half
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.working_model(payload["model"], device=ctx.device)
-        loss = train_supervised(model, data, ctx)  # W is frozen: only the body (and s) move
+    # local training is the base class's: CE over all classes; W is frozen, so only the body (and s) move (§3)
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(trained, device=ctx.device)
         sums, counts = class_feature_stats(model, data.x.to(ctx.device), data.y.to(ctx.device), self.num_classes,
                                            normalize=True)
         unit_means = F.normalize(sums, dim=1)  # the code renormalises each class mean before weighting by n_kc
-        local = state_of(model)
-        body = {k: v for k, v in local.items() if k != PROTOTYPES}
+        body = {k: v for k, v in trained.items() if k != PROTOTYPES}
         stats = {"proto_sums": (counts.unsqueeze(1) * unit_means).float(), "counts": counts.float()}
         update = ClientUpdate(data.client_id, data.num_samples, tensors=body, stats=stats,
-                              metrics={"train_loss": loss})
-        return update, {"model": local}
+                              metrics={"train_loss": train_loss})
+        return update, {"model": trained}
 
 
 # ------------------------------------------------------------- baselines under the same §5 protocol
@@ -202,9 +199,9 @@ class FedAvgPM(LatestLocalModelEvaluation, FedAvg):
 
     name = "fedavg_pm"
 
-    def client_update(self, payload, data, client_state, ctx):
-        update, _ = super().client_update(payload, data, client_state, ctx)
-        return update, {"model": update.tensors}
+    def client_result(self, trained, train_loss, payload, data, client_state, ctx):
+        update, _ = super().client_result(trained, train_loss, payload, data, client_state, ctx)
+        return update, {"model": trained}
 
 
 @register

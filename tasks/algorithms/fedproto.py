@@ -29,6 +29,7 @@ from tasks.algorithms.base import (
     ClientUpdate,
     HyperParams,
     RoundContext,
+    evaluating,
     searchable,
     state_of,
     train_supervised,
@@ -83,8 +84,8 @@ class FedProto(Algorithm):
     Params = FedProtoParams
     personalized = True
     has_global_model = False
-    spec = "specs/fedsa.md §8 (FedProto as in HtFLlib)"
-    headline = "proto"
+    not_vectorized = ("its uploaded prototypes are the features met during training, gathered as the model "
+                      "changes; FedSA's private heterogeneous models also train apart")
 
     def __init__(self, params, setup):
         super().__init__(params, setup)
@@ -172,15 +173,11 @@ class FedProto(Algorithm):
         y = data.y_test.to(h.device)
         out = {rule: (int((predict(h, logits) == y).sum()), len(y))
                for rule, predict in self.prediction_rules(payload).items()}
-        return {"acc": out[self.headline], **out}
+        return {"acc": out["proto"], **out}  # the headline: the code's rule
 
 
 @torch.no_grad()
 def eval_outputs(model: FLModel, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Features and logits in eval mode (BatchNorm on running statistics), one forward pass."""
-    was_training = model.training
-    model.eval()
-    h = model.features(x)
-    logits = model.classifier(h)
-    model.train(was_training)
-    return h, logits
+    with evaluating(model):
+        return model(x, return_features=True)

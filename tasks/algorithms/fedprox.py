@@ -7,16 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms.base import (
-    Algorithm,
-    ClientData,
-    ClientUpdate,
-    HyperParams,
-    RoundContext,
-    searchable,
-    state_of,
-    train_supervised,
-)
+from tasks.algorithms.base import Algorithm, HyperParams, LocalObjective, cross_entropy, on_device, searchable
 from tasks.algorithms.registry import register
 
 
@@ -24,9 +15,9 @@ class FedProxParams(HyperParams):
     mu: float = searchable(0.01, 1e-4, 1.0, log=True, ge=0, description="proximal weight μ")
 
 
-def proximal_term(model: torch.nn.Module, anchor: list[torch.Tensor], mu: float) -> torch.Tensor:
-    """(μ/2)·Σ‖w − w_g‖²: its gradient w.r.t. w is μ·(w − w_g)."""
-    return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+def proximal_term(params: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor], mu: float) -> torch.Tensor:
+    """(μ/2)·Σ‖w − w_g‖² over the trained parameters, by name: its gradient w.r.t. w is μ·(w − w_g)."""
+    return 0.5 * mu * sum(((p - anchor[name]) ** 2).sum() for name, p in params.items())
 
 
 @register
@@ -35,10 +26,9 @@ class FedProx(Algorithm):
     keeps_client_state = False
     Params = FedProxParams
 
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.working_model(payload["model"], device=ctx.device)
-        anchor = [p.detach().clone() for p in model.parameters()]
-        mu = self.params.mu
-        loss = train_supervised(model, data, ctx, extra_loss=lambda m, *_: proximal_term(m, anchor, mu))
-        return ClientUpdate(data.client_id, data.num_samples, tensors=state_of(model),
-                            metrics={"train_loss": loss}), client_state
+    def local_objective(self, payload, data, client_state, ctx):
+        return LocalObjective(start=payload["model"], inputs={"anchor": on_device(payload["model"], ctx.device)})
+
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):
+        """CE + (μ/2)·‖w − w_global‖² (fedfa.md §11, fedfm.md §12)."""
+        return cross_entropy(logits, y, weight) + proximal_term(params, inputs["anchor"], self.params.mu)

@@ -100,7 +100,6 @@ def client_margin(anchors: torch.Tensor, local_margin: float) -> float:
 class FedSA(FedProto):
     name = "fedsa"
     Params = FedSAParams
-    spec = "specs/fedsa.md §1–§5, §10"
 
     # ------------------------------------------------------------------ server half
     def init_global(self):

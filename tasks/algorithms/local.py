@@ -9,10 +9,10 @@ from tasks.algorithms.base import (
     Algorithm,
     ClientData,
     ClientUpdate,
+    LocalObjective,
     RoundContext,
     count_correct,
     state_of,
-    train_supervised,
 )
 from tasks.algorithms.registry import register
 
@@ -35,10 +35,11 @@ class Local(Algorithm):
     def init_client(self, data: ClientData):
         return {"model": state_of(self.new_model())}
 
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.working_model(client_state["model"], device=ctx.device)
-        loss = train_supervised(model, data, ctx)
-        return ClientUpdate(data.client_id, data.num_samples, metrics={"train_loss": loss}), {"model": state_of(model)}
+    def local_objective(self, payload, data, client_state, ctx):
+        return LocalObjective(start=client_state["model"])
+
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        return ClientUpdate(data.client_id, data.num_samples, metrics={"train_loss": train_loss}), {"model": trained}
 
     def client_evaluate(self, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(client_state["model"], device=ctx.device)

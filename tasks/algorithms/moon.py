@@ -61,6 +61,7 @@ def previous_local_model(client_state: State, payload: State) -> State:
 class Moon(Algorithm):
     name = "moon"
     Params = MoonParams
+    not_vectorized = "its term needs two more forward passes per batch (the global and the previous local model)"
 
     def client_update(self, payload: State, data: ClientData, client_state: State, ctx: RoundContext):
         model = self.working_model(payload["model"], device=ctx.device)

@@ -40,6 +40,8 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(y))
+    if test_fraction == 0:
+        return idx, idx[:0]
     train, test = train_test_split(idx, test_size=test_fraction, stratify=y, random_state=seed)
     return np.sort(train), np.sort(test)
 

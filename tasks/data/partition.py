@@ -6,7 +6,8 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 - iid: an even random split.
 - dirichlet: per class k, p ~ Dir_N(α); with `cap`, clients already holding ≥ n/N samples get p_i = 0
   (FedLab / NIID-Bench / PFLlib, fedfa.md §6.2, fednh.md §7, fedsa.md §6); redrawn until every client has
-  `min_size` samples.
+  `min_size` samples and `min_classes` classes (fednh.md §7's official code asks for 2; it gives up after 3
+  draws and swaps chunks, here the split is redrawn until it holds).
 - dirichlet_equal: equal sizes ⌊n/N⌋, each client's class mix q_i ~ Dir(α·1_C) drawn without replacement
   from per-class pools (feddebias.md §10.1 step 3).
 - shards: label-sorted shards, #C per client (FedLab `shards`, fedfa.md §6.2).
@@ -82,7 +83,7 @@ def split_iid(n_idx: np.ndarray, num_clients: int, rng: np.random.Generator) -> 
 
 
 def split_dirichlet(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: float, min_size: int, cap: bool,
-                    rng: np.random.Generator, max_tries: int = 1000) -> list[np.ndarray]:
+                    rng: np.random.Generator, max_tries: int = 1000, min_classes: int = 1) -> list[np.ndarray]:
     labels = y[idx]
     classes = np.unique(labels)
     if min_size * num_clients > len(idx):
@@ -100,11 +101,12 @@ def split_dirichlet(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: flo
             cuts = (np.cumsum(p) * len(members)).astype(int)[:-1]
             for part, chunk in zip(parts, np.split(members, cuts)):
                 part.extend(chunk.tolist())
-        if min(len(part) for part in parts) >= min_size:
+        if min(len(part) for part in parts) >= min_size and min(
+                len(np.unique(y[part])) for part in parts) >= min_classes:
             return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
     raise PartitionError(
-        f"data.partition: no Dirichlet split with α = {alpha} gave every client ≥ {min_size} samples in {max_tries} "
-        "draws; lower min_size or raise alpha"
+        f"data.partition: no Dirichlet split with α = {alpha} gave every client ≥ {min_size} samples and "
+        f"≥ {min_classes} classes in {max_tries} draws; lower min_size / min_classes or raise alpha"
     )
 
 
@@ -139,7 +141,8 @@ def split_labels(idx: np.ndarray, y: np.ndarray, num_clients: int, cfg, rng: np.
     if cfg.kind == "iid":
         return split_iid(idx, num_clients, rng)
     if cfg.kind == "dirichlet":
-        return split_dirichlet(idx, y, num_clients, cfg.alpha, cfg.min_size, cfg.cap, rng)
+        return split_dirichlet(idx, y, num_clients, cfg.alpha, cfg.min_size, cfg.cap, rng,
+                               min_classes=cfg.min_classes)
     if cfg.kind == "dirichlet_equal":
         return split_dirichlet_equal(idx, y, num_clients, cfg.alpha, rng)
     return split_shards(idx, y, num_clients, cfg.classes_per_client, rng)

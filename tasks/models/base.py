@@ -13,6 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from tasks.models.init import initialize
 from tasks.registry import Registry
 
 
@@ -24,8 +25,11 @@ class FLModel(nn.Module):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+    def forward(self, x: torch.Tensor, return_features: bool = False):
+        """Logits; with `return_features`, (h, logits) from one pass (the engines' functional forward)."""
+        h = self.features(x)
+        logits = self.classifier(h)
+        return (h, logits) if return_features else logits
 
     def extractor_parameters(self) -> list[nn.Parameter]:
         head = {id(p) for p in self.classifier.parameters()}
@@ -35,7 +39,7 @@ class FLModel(nn.Module):
 class ModelParams(BaseModel):
     """A model's own options in the config; subclasses add fields. Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,13 @@ def register_model(name: str, params: type[ModelParams] = ModelParams, input_sha
     return add
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, options: dict | None = None) -> FLModel:
-    """Build a registered model; `options` are validated against its params schema."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, options: dict | None = None,
+                init: str = "torch_default", head_init: str | None = None) -> FLModel:
+    """Build a registered model; `options` are validated against its params schema; then `initialize` it
+    (tasks/models/init.py) with `init` for the body and `head_init` (default `init`) for the classifier."""
     entry = MODELS.get(name)
     params = entry.params(**(options or {}))
     if entry.input_shapes is not None and tuple(input_shape) not in entry.input_shapes:
         allowed = " or ".join("x".join(map(str, s)) for s in entry.input_shapes)
         raise ValueError(f"model {name!r} takes inputs of shape {allowed}, the data has {'x'.join(map(str, input_shape))}")
-    return entry.build(tuple(input_shape), num_classes, params)
+    return initialize(entry.build(tuple(input_shape), num_classes, params), init, head_init)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from tasks.models.base import FLModel, ModelParams, register_model
+from tasks.models.image import image_shape
 
 
 class MLPParams(ModelParams):
@@ -50,7 +51,8 @@ class DigitsCNN(FLModel):
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: DigitsCNNParams):
         super().__init__()
-        c, h, w = input_shape if len(input_shape) == 3 else (1, *input_shape)
+        c, h, w = image_shape((1, *input_shape) if len(input_shape) == 2 else tuple(input_shape), "digits_cnn",
+                              min_side=2)
         self._shape = (c, h, w)
         convs: list[nn.Module] = []
         in_ch = c

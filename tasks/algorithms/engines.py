@@ -1,0 +1,243 @@
+"""The two engines that run a method's local objective, and the choice between them (`train.engine`).
+
+- `sequential` (base.train_objective): one client after another, a model and a torch optimizer each: the bitwise
+  reference.
+- `vectorized` (here): all the clients one actor trains in a round at once. Their parameters are stacked along a
+  leading client dimension; one `torch.func.vmap` of the model's `functional_call` and of the method's
+  `local_loss` computes every client's loss, one backward pass every client's gradient (the clients are
+  independent, so the gradient of their summed losses is each one's own). The optimizer (SGD with momentum and
+  weight decay, or Adam), per-client gradient clipping and the round's learning rate act on the stacked tensors.
+  Every client draws its batches from its own round generator exactly as the sequential engine does
+  (base.batch_indices); batches are padded to `batch_size` with 0-weight samples, and a client that has run out
+  of steps is masked out of the update, so a short last batch or fewer steps change nothing for the others.
+
+`auto` takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from tasks.algorithms.base import (
+    Algorithm,
+    ClientData,
+    LocalObjective,
+    RoundContext,
+    State,
+    TrainSettings,
+    batch_indices,
+)
+
+ENGINES = ("auto", "sequential", "vectorized")
+
+
+# ------------------------------------------------------------------------------------------- choice
+def model_refusal(model: nn.Module) -> str:
+    """Why a model cannot be trained vectorised, or ""."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return (f"model {type(model).__name__} has BatchNorm, whose running statistics are updated in place "
+                    "in train mode")
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            return f"model {type(model).__name__} has dropout, drawn from torch's global generator per client"
+    return ""
+
+
+def refusal(algorithm: Algorithm) -> str:
+    """Why `algorithm` with its configured model cannot run on the vectorized engine, or ""."""
+    return algorithm.vectorized_refusal() or model_refusal(algorithm.working_model())
+
+
+def choose_engine(requested: str, algorithm: Algorithm) -> str:
+    """The engine that runs: `auto` falls back to sequential where vectorising is refused; an explicit
+    `vectorized` that is refused is an error (one line: what and why)."""
+    if requested == "sequential":
+        return "sequential"
+    reason = refusal(algorithm)
+    if requested == "vectorized" and reason:
+        raise ValueError(f"train.engine: vectorized cannot train {algorithm.name}: {reason}; "
+                         "use train.engine=auto or sequential")
+    return "sequential" if reason else "vectorized"
+
+
+# ------------------------------------------------------------------------------------- one client
+@dataclass
+class ClientRound:
+    """One client's round as the vectorized engine takes it."""
+
+    data: ClientData
+    ctx: RoundContext
+    objective: LocalObjective
+
+
+@dataclass
+class Trained:
+    state: State  # the trained model's tensors, CPU copies in state_dict order
+    train_loss: float  # mean loss over the client's steps, as the sequential engine reports it
+
+
+# ---------------------------------------------------------------------------------------- batches
+def stacked_batches(rounds: list[ClientRound], train: TrainSettings, device) -> tuple[torch.Tensor, ...]:
+    """Every client's batches for the round, stacked: x [S, K, B, ...], y [S, K, B], sample weights [S, K, B]
+    (0 for padding) and active [S, K] (1 where the client takes step s); S = the most steps of any client,
+    B = batch_size. Padding repeats a real sample, so no loss sees an empty or undefined row."""
+    xs = [r.data.x for r in rounds]
+    offsets = torch.tensor([0, *[len(x) for x in xs]]).cumsum(0).tolist()
+    batches = [batch_indices(r.data.num_samples, train, r.ctx.generator) for r in rounds]
+    steps = max((len(b) for b in batches), default=0)
+    k, width = len(rounds), train.batch_size
+    index = torch.zeros(steps, k, width, dtype=torch.long)
+    weight = torch.zeros(steps, k, width)
+    for c, client_batches in enumerate(batches):
+        index[:, c, :] = offsets[c]
+        for s, idx in enumerate(client_batches):
+            index[s, c, :len(idx)] = idx + offsets[c]
+            weight[s, c, :len(idx)] = 1.0
+    active = (weight.sum(dim=2) > 0).to(torch.get_default_dtype())
+    x_all, y_all = torch.cat(xs), torch.cat([r.data.y for r in rounds])
+    return (x_all[index].to(device), y_all[index].to(device), weight.to(device), active.to(device),
+            torch.tensor([len(b) for b in batches], dtype=torch.float64))
+
+
+def stack_states(states: list[State], names: list[str], device) -> dict[str, torch.Tensor]:
+    """{name: [K, ...]}: each client's tensor under `name`; one copy repeated if every client shares one state."""
+    if all(s is states[0] for s in states):
+        return {n: states[0][n].to(device).unsqueeze(0).repeat(len(states), *[1] * states[0][n].dim())
+                for n in names}
+    return {n: torch.stack([s[n].to(device) for s in states]) for n in names}
+
+
+def split_inputs(inputs: list[State]) -> tuple[list, list[bool], object]:
+    """The objectives' input leaves, each either shared by every client (the same object: a payload tensor)
+    or stacked along the client dimension; and the tree structure to rebuild one client's inputs."""
+    flat = [tree_flatten(i) for i in inputs]
+    spec = flat[0][1]
+    leaves, batched = [], []
+    for position, first in enumerate(flat[0][0]):
+        column = [f[0][position] for f in flat]
+        shared = not isinstance(first, torch.Tensor) or all(v is first for v in column)
+        leaves.append(first if shared else torch.stack(column))
+        batched.append(not shared)
+    return leaves, batched, spec
+
+
+# ----------------------------------------------------------------------------------------- engine
+class StackedOptimizer:
+    """torch.optim.SGD / Adam's update rules on [K, ...] parameters; a client whose `active` is 0 keeps its
+    parameters and optimizer state unchanged."""
+
+    def __init__(self, params: dict[str, torch.Tensor], train: TrainSettings, lr: float):
+        self.params, self.train, self.lr = params, train, lr
+        self.state: dict[str, dict[str, torch.Tensor]] = {}
+        self.steps = 0
+
+    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+        t = self.train
+        self.steps += 1
+        if t.optimizer == "sgd" and not t.momentum and not t.weight_decay and bool(active.all()):
+            params = [self.params[n] for n in grads]
+            torch._foreach_add_(params, list(grads.values()), alpha=-self.lr)  # plain SGD, every client stepping
+            return
+        for name, g in grads.items():
+            p = self.params[name]
+            mask = active.reshape(-1, *[1] * (p.dim() - 1))
+            if t.weight_decay:
+                g = g.add(p, alpha=t.weight_decay)
+            if t.optimizer == "adam":
+                update = self._adam(name, g, mask)
+            elif t.momentum:
+                update = self._momentum(name, g, mask)
+            else:
+                update = g
+            p.sub_(update * (mask * self.lr))
+
+    def _momentum(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        buf = self.state.get(name, {}).get("momentum")
+        if buf is None:  # torch's first step: buf = d_p
+            buf = g.clone()
+        else:
+            buf = torch.where(mask > 0, buf * self.train.momentum + g, buf)
+        self.state[name] = {"momentum": buf}
+        return buf
+
+    def _adam(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        beta1, beta2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults, as make_optimizer builds it
+        st = self.state.setdefault(name, {"m": torch.zeros_like(g), "v": torch.zeros_like(g)})
+        m = torch.where(mask > 0, st["m"].lerp(g, 1 - beta1), st["m"])
+        v = torch.where(mask > 0, st["v"] * beta2 + (1 - beta2) * g * g, st["v"])
+        st["m"], st["v"] = m, v
+        # active clients all run a prefix of the steps, so an active client's step count is self.steps
+        denom = (v.sqrt() / math.sqrt(1 - beta2**self.steps)).add_(eps)
+        return m / denom / (1 - beta1**self.steps)
+
+
+def clip_per_client(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str, torch.Tensor]:
+    """clip_grad_norm_ for every client apart: its gradients scaled by min(1, max_norm / (‖g‖ + 1e-6))."""
+    norms = torch.stack([g.reshape(len(g), -1).pow(2).sum(dim=1) for g in grads.values()]).sum(dim=0).sqrt()
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    return {n: g * scale.reshape(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
+
+
+def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound]) -> list[Trained]:
+    """Train the clients of `rounds` (one architecture: `model`) together; their trained states and losses."""
+    if not rounds:
+        return []
+    ctx = rounds[0].ctx
+    train, device = ctx.train, ctx.device
+    model.to(device).train()
+    names = [n for n, _ in model.named_parameters()]
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    state_names = list(model.state_dict())
+    starts = [r.objective.start for r in rounds]
+    params = stack_states(starts, trainable, device)
+    fixed = stack_states(starts, [n for n in state_names if n not in trainable], device)  # frozen, buffers
+    leaves, batched, spec = split_inputs([r.objective.inputs for r in rounds])
+    x, y, weight, active, step_counts = stacked_batches(rounds, train, device)
+
+    def client_loss(p, fixed_k, x_k, y_k, w_k, batched_leaves):
+        it = iter(batched_leaves)
+        inputs = tree_unflatten([next(it) if b else leaf for leaf, b in zip(leaves, batched)], spec) if leaves else {}
+        tensors = {**p, **fixed_k}
+        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True})
+        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)
+
+    losses_of = vmap(client_loss)
+    batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
+    optimizer = StackedOptimizer(params, train, ctx.lr)
+    loss_sum = torch.zeros(len(rounds), dtype=torch.float64)
+    for s in range(x.shape[0]):
+        leaf_params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+        losses = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)
+        grads = torch.autograd.grad((losses * active[s]).sum(), list(leaf_params.values()), allow_unused=True)
+        grads = {n: g for n, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
+        if train.grad_clip is not None:
+            grads = clip_per_client(grads, train.grad_clip)
+        with torch.no_grad():
+            optimizer.step(grads, active[s])
+        loss_sum += (losses.detach() * active[s]).double().cpu()
+    mean_loss = (loss_sum / step_counts.clamp_min(1)).tolist()
+    every = {**params, **fixed}
+    return [Trained(state, loss) for state, loss in zip(unstack(every, state_names), mean_loss)]
+
+
+def unstack(stacked: dict[str, torch.Tensor], names: list[str]) -> list[State]:
+    """Each client's state dict (CPU): one copy per client, its tensors views of it, so a client's update owns its
+    own storage (serialising it sends that client's tensors only) at the cost of one copy rather than one each."""
+    k = next(iter(stacked.values())).shape[0]
+    same_dtype = len({stacked[n].dtype for n in names}) == 1
+    if not same_dtype:
+        cpu = {n: stacked[n].detach().cpu() for n in names}
+        return [{n: cpu[n][c].clone() for n in names} for c in range(k)]
+    flat = torch.cat([stacked[n].detach().reshape(k, -1) for n in names], dim=1).cpu()
+    sizes = [stacked[n][0].numel() for n in names]
+    shapes = [stacked[n].shape[1:] for n in names]
+    states = []
+    for c in range(k):
+        parts = flat[c].clone().split(sizes)
+        states.append({n: part.view(shape) for n, part, shape in zip(names, parts, shapes)})
+    return states

@@ -1,0 +1,207 @@
+"""The two engines: the vectorized one trains every client to the sequential one's result (within float32 tolerance),
+its building blocks match torch's by hand, and `auto` falls back where vectorising is refused."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+from orchestrator.federation import ClientHost, Server, build_algorithm, run_in_process
+from tasks.algorithms.base import batch_mean, cross_entropy
+from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
+
+# float32 tolerances, vectorized against sequential after a round (|a − b| ≤ atol + RTOL·|b|): the arithmetic differs
+# only in summation order (bmm against mm, a padded mean); RTOL covers the per-class feature sums (values ~20); Adam
+# divides by √v, which magnifies that order's last bits on its first steps
+SGD_ATOL = 2e-5
+ADAM_ATOL = 2e-4
+RTOL = 1e-5
+
+VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite"]
+FALLBACK = ["fedfa", "moon", "feddebias", "fedproto", "fedsa"]
+
+
+def tiny(tmp_path, *overrides: str):
+    """6 clients of uneven sizes, batch 8, 2 epochs: short last batches and uneven step counts."""
+    return load_config("configs/default.yaml", [
+        "data.num_clients=6", "data.partition.min_size=3", "train.batch_size=8", "train.local_epochs=2",
+        "train.optimizer.momentum=0.9", "train.optimizer.weight_decay=0.001", "train.grad_clip=1.0",
+        "algorithm.fedfm.warmup_rounds=0", "algorithm.fedfm_lite.warmup_rounds=0", "algorithm.fedfm_lite.period=2",
+        "algorithm.fedavg_periodic.period=2", f"data.partitions_dir={tmp_path}", *overrides])
+
+
+def assert_close(a, b, atol: float, where: str) -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            assert_close(a[k], b[k], atol, f"{where}.{k}")
+    elif isinstance(a, torch.Tensor):
+        assert a.shape == b.shape and a.dtype == b.dtype, where
+        assert torch.allclose(a.double(), b.double(), atol=atol, rtol=RTOL), (where, float((a - b).abs().max()))
+    else:
+        assert a == pytest.approx(b, abs=atol, rel=RTOL), where
+
+
+def engines_after_rounds(tmp_path, *overrides: str, rounds: int = 2):
+    """Both engines' updates and client states over `rounds` rounds, from the same server state each round."""
+    cfg = tiny(tmp_path, *overrides)
+    data = prepare_data(cfg)
+    cids = list(range(data.num_clients))
+    hosts = {e: ClientHost(tiny(tmp_path, *overrides, f"train.engine={e}"), data, cids)
+             for e in ("sequential", "vectorized")}
+    assert hosts["vectorized"].engine == "vectorized"
+    server = Server(cfg, data)
+    out = []
+    for t in range(rounds):
+        payload = server.algorithm.payload(server.state, t)
+        updates = {e: h.update_many(payload, cids, t) for e, h in hosts.items()}
+        out.append((updates, {e: h.client_states() for e, h in hosts.items()}))
+        server.state = server.algorithm.aggregate(server.state, [updates["sequential"][c] for c in cids], t)
+    return data, out
+
+
+@pytest.mark.parametrize("name", VECTORIZED)
+def test_vectorized_equals_sequential_per_client(tmp_path, name):
+    data, rounds = engines_after_rounds(tmp_path, f"algorithm.name={name}")
+    sizes = data.train_sizes()
+    steps = [-(-n // 8) for n in sizes]
+    assert any(n % 8 for n in sizes) and len(set(steps)) > 1  # short last batches, uneven step counts
+    for t, (updates, states) in enumerate(rounds):
+        for cid in range(data.num_clients):
+            seq, vec = updates["sequential"][cid], updates["vectorized"][cid]
+            where = f"{name} round {t} client {cid}"
+            assert_close(seq.tensors, vec.tensors, SGD_ATOL, where + " tensors")
+            assert_close(seq.stats, vec.stats, SGD_ATOL, where + " stats")
+            for metric in set(seq.metrics) - {"seconds"}:
+                assert_close(seq.metrics[metric], vec.metrics[metric], SGD_ATOL, f"{where} {metric}")
+        assert_close(states["sequential"], states["vectorized"], SGD_ATOL, f"{name} round {t} client states")
+
+
+def test_vectorized_adam_equals_sequential(tmp_path):
+    _, rounds = engines_after_rounds(tmp_path, "algorithm.name=fedprox", "train.optimizer.name=adam",
+                                     "train.optimizer.lr=0.01", rounds=1)
+    updates = rounds[0][0]
+    for cid in updates["sequential"]:
+        assert_close(updates["sequential"][cid].tensors, updates["vectorized"][cid].tensors, ADAM_ATOL, f"client {cid}")
+
+
+def test_vectorized_local_steps_equal_sequential(tmp_path):
+    _, rounds = engines_after_rounds(tmp_path, "algorithm.name=fedavg", "train.local_steps=3",
+                                     "train.batch_size=32", rounds=1)
+    updates = rounds[0][0]
+    for cid in updates["sequential"]:
+        assert_close(updates["sequential"][cid].tensors, updates["vectorized"][cid].tensors, SGD_ATOL, f"client {cid}")
+
+
+def test_a_clients_result_depends_on_who_trains_with_it_only_in_the_last_bits(tmp_path):
+    """Why vectorized histories are bitwise equal for the same number of actors but only close across numbers of
+    actors: the same clients in the same batch repeat bitwise; in another batch of clients, within tolerance."""
+    cfg = tiny(tmp_path, "algorithm.name=fedprox", "train.engine=vectorized")
+    data = prepare_data(cfg)
+    payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
+    together = ClientHost(cfg, data, list(range(6))).update_many(payload, list(range(6)), 0)
+    for group in ([0, 2, 4], [1, 3, 5], [5]):
+        apart = ClientHost(cfg, data, group).update_many(payload, group, 0)
+        for cid in group:
+            assert_close(together[cid].tensors, apart[cid].tensors, SGD_ATOL, f"client {cid} in {group}")
+    again = ClientHost(cfg, data, list(range(6))).update_many(payload, list(range(6)), 0)
+    for cid in range(6):
+        for key, value in together[cid].tensors.items():
+            assert torch.equal(value, again[cid].tensors[key]), (cid, key)
+
+
+def test_default_config_runs_agree_and_repeat(tmp_path):
+    """The default config (FedAvg, 10 clients, 20 rounds): the vectorized run lands within 0.5 accuracy points of
+    the sequential one, and repeats bitwise."""
+    base = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}"])
+    data = prepare_data(base)
+    runs = {e: run_in_process(load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}",
+                                                                   f"train.engine={e}"]), data)
+            for e in ("sequential", "vectorized")}
+    assert abs(runs["sequential"][-1]["accuracy"] - runs["vectorized"][-1]["accuracy"]) <= 0.005
+    again = run_in_process(load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}",
+                                                                "train.engine=vectorized"]), data)
+    assert again == runs["vectorized"]
+
+
+# ------------------------------------------------------------------------------------- the choice
+@pytest.mark.parametrize("name", VECTORIZED + FALLBACK)
+def test_auto_vectorizes_where_it_can(tmp_path, name):
+    cfg = tiny(tmp_path, f"algorithm.name={name}")
+    data = prepare_data(cfg)
+    algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+    expected = "vectorized" if name in VECTORIZED else "sequential"
+    assert choose_engine("auto", algorithm) == expected
+    assert choose_engine("sequential", algorithm) == "sequential"
+    if name in FALLBACK:
+        with pytest.raises(ValueError, match=f"train.engine: vectorized cannot train {name}: .+; use train.engine"):
+            choose_engine("vectorized", algorithm)
+
+
+def test_batchnorm_and_dropout_are_refused():
+    assert "BatchNorm" in model_refusal(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
+    assert "dropout" in model_refusal(nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)))
+    assert model_refusal(nn.Sequential(nn.Linear(2, 2), nn.GroupNorm(1, 2))) == ""
+
+
+# ------------------------------------------------------------------------------ by hand, tiny tensors
+def test_masked_batch_mean_and_cross_entropy_by_hand():
+    values = torch.tensor([1.0, 3.0, 100.0])
+    weight = torch.tensor([1.0, 1.0, 0.0])
+    assert float(batch_mean(values, weight)) == 2.0
+    assert float(batch_mean(values, None)) == pytest.approx(104 / 3)
+    logits = torch.tensor([[0.0, 0.0], [2.0, 0.0], [9.0, -9.0]])
+    y = torch.tensor([0, 1, 1])
+    # −log(1/2) and −log(1/(1+e²)), averaged; the padded third row is left out
+    expected = (torch.log(torch.tensor(2.0)) + torch.log1p(torch.exp(torch.tensor(2.0)))) / 2
+    assert torch.isclose(cross_entropy(logits, y, weight), expected)
+    assert torch.isclose(cross_entropy(logits[:2], y[:2]), expected)
+
+
+def test_per_client_clipping_matches_clip_grad_norm():
+    grads = {"w": torch.tensor([[3.0, 4.0], [0.3, 0.4]]), "b": torch.tensor([[0.0], [0.0]])}
+    clipped = clip_per_client(grads, 1.0)
+    # client 0: ‖g‖ = 5 → scaled by 1/(5 + 1e-6); client 1: ‖g‖ = 0.5 < 1 → unchanged
+    assert torch.allclose(clipped["w"][0], torch.tensor([0.6, 0.8]), atol=1e-6)
+    assert torch.equal(clipped["w"][1], grads["w"][1])
+    reference = nn.Parameter(torch.zeros(2))
+    reference.grad = torch.tensor([3.0, 4.0])
+    nn.utils.clip_grad_norm_([reference], 1.0)
+    assert torch.allclose(clipped["w"][0], reference.grad)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_stacked_optimizer_matches_torch_and_masks_inactive_clients(optimizer):
+    from tasks.algorithms.base import TrainSettings
+
+    train = TrainSettings(optimizer=optimizer, lr=0.1, momentum=0.9, weight_decay=0.01)
+    start = torch.tensor([[1.0, -2.0], [0.5, 0.5]])
+    grads = [torch.tensor([[0.3, -0.1], [1.0, 1.0]]), torch.tensor([[-0.2, 0.4], [1.0, 1.0]])]
+    stacked = {"w": start.clone()}
+    opt = StackedOptimizer(stacked, train, train.lr)
+    opt.step({"w": grads[0]}, torch.tensor([1.0, 1.0]))
+    opt.step({"w": grads[1]}, torch.tensor([1.0, 0.0]))  # client 1 has run out of steps
+    reference = nn.Parameter(start[0].clone())
+    torch_opt = (torch.optim.Adam([reference], lr=0.1, weight_decay=0.01) if optimizer == "adam"
+                 else torch.optim.SGD([reference], lr=0.1, momentum=0.9, weight_decay=0.01))
+    for g in grads:
+        reference.grad = g[0].clone()
+        torch_opt.step()
+    assert torch.allclose(stacked["w"][0], reference.detach(), atol=1e-6)
+    once = nn.Parameter(start[1].clone())
+    torch_once = (torch.optim.Adam([once], lr=0.1, weight_decay=0.01) if optimizer == "adam"
+                  else torch.optim.SGD([once], lr=0.1, momentum=0.9, weight_decay=0.01))
+    once.grad = grads[0][1].clone()
+    torch_once.step()
+    assert torch.allclose(stacked["w"][1], once.detach(), atol=1e-6)
+
+
+def test_a_client_that_fails_leaves_its_vectorized_batch_training(tmp_path):
+    cfg = tiny(tmp_path, "algorithm.name=local", "train.engine=vectorized")
+    data = prepare_data(cfg)
+    host = ClientHost(cfg, data, [0, 2])
+    results, errors = host.call_many("update", {}, [0, 1, 2], 0)  # client 1 lives elsewhere
+    assert sorted(results) == [0, 2] and list(errors) == [1] and "keeps client state" in errors[1]
+    assert sorted(host.client_states()) == [0, 2]

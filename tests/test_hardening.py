@@ -1,0 +1,260 @@
+"""Faults a run must survive or refuse in one line (issue #14): bad output directories, non-finite losses,
+corrupt or malicious checkpoints, a stop signal at any round count, a failed set-up, and the local Ray
+instance's sockets."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator import checkpoint as ckpt
+from orchestrator.config import ConfigError, load_config
+from orchestrator.run import RunError, check_output_dirs, run_experiment
+
+FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2"]
+
+
+def cli(*args, env=None, **kw):
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, **kw)
+
+
+# ------------------------------------------------------------------------------- output directories
+@pytest.mark.parametrize("key, value, problem", [
+    ("checkpoint.dir", "/proc/mooring", r"cannot write in /proc \(No such file or directory\)"),
+    ("checkpoint.dir", "/etc/hostname", r"/etc/hostname is a file, not a directory"),
+    ("checkpoint.dir", "/etc/hostname/runs", r"/etc/hostname is a file, not a directory"),
+    ("data.partitions_dir", "/proc/parts", r"cannot write in /proc \(No such file or directory\)"),
+])
+def test_an_output_directory_that_cannot_be_written_is_one_line(key, value, problem):
+    cfg = load_config("configs/default.yaml", [f"{key}={value}"])
+    with pytest.raises(ConfigError, match=rf"^{key} = '{value}': {problem}$"):
+        check_output_dirs(cfg)
+
+
+# ----------------------------------------------------------------------------------- non-finite loss
+def test_a_non_finite_loss_stops_the_round_naming_round_and_client():
+    from orchestrator.datasets import prepare_data
+    from orchestrator.federation import NonFiniteLoss, run_in_process
+
+    cfg = load_config("configs/default.yaml", ["data.num_clients=3", "train.optimizer.lr=1e30", "train.rounds=2"])
+    with pytest.raises(NonFiniteLoss, match=r"^round 1: client \d reported training loss (nan|inf|-inf); lower "
+                                            r"train.optimizer.lr"):
+        run_in_process(cfg, prepare_data(cfg))
+
+
+@pytest.mark.ray
+def test_a_run_that_opts_to_continue_writes_strict_json(ray_session, workdir):
+    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=3", "train.optimizer.lr=1e30",
+                                                         "train.rounds=2", "train.on_nonfinite_loss=continue"])
+    result = run_experiment(cfg, progress=False)
+
+    def no_bare_constants(name):
+        raise AssertionError(f"bare {name} in JSON")
+
+    lines = Path(result.run_dir, "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line, parse_constant=no_bare_constants) for line in lines]
+    assert [r["round"] for r in rows] == [1, 2] and rows[0]["train_loss"] is None
+    json.loads(Path(result.run_dir, "result.json").read_text(), parse_constant=no_bare_constants)
+
+
+@pytest.mark.ray
+def test_a_non_finite_loss_ends_the_run_in_one_line_and_its_mlflow_run_failed(ray_session, workdir):
+    from mlflow.tracking import MlflowClient
+
+    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=3", "train.optimizer.lr=1e30"])
+    with pytest.raises(RunError, match=r"^round 1 failed: NonFiniteLoss: round 1: client \d reported training loss"):
+        run_experiment(cfg, progress=False)
+    # the actor check fails before MLflow's run is opened (start-up overlaps them): no run may be left RUNNING
+    client = MlflowClient(cfg.tracking.uri)
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+    runs = client.search_runs([experiment.experiment_id]) if experiment is not None else []
+    assert all(r.info.status == "FAILED" for r in runs), [r.info.status for r in runs]
+
+
+# ----------------------------------------------------------------------------------------- set-up
+@pytest.mark.ray
+def test_a_run_failing_in_set_up_leaves_no_run_directory_and_no_running_mlflow_run(ray_session, workdir):
+    from mlflow.tracking import MlflowClient
+
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=5"])
+    with pytest.raises(RunError, match=r"resources.num_actors = 5 × 1 CPU per actor needs 5 CPUs"):
+        run_experiment(cfg, progress=False)
+    assert list(Path(cfg.checkpoint.dir).iterdir()) == []
+    # the actor check fails before MLflow's run is opened (start-up overlaps them): no run may be left RUNNING
+    client = MlflowClient(cfg.tracking.uri)
+    experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+    runs = client.search_runs([experiment.experiment_id]) if experiment is not None else []
+    assert all(r.info.status == "FAILED" for r in runs), [r.info.status for r in runs]
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+class Payload:
+    """A pickle that would create a file if it were ever unpickled with code execution."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def rewrite(checkpoint: Path, name: str, data: bytes, update_manifest: bool) -> None:
+    """Replace a checkpoint file; with update_manifest, as an attacker who also rewrites the manifest."""
+    (checkpoint / name).write_bytes(data)
+    if update_manifest:
+        manifest = json.loads((checkpoint / "manifest.json").read_text())
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session, tmp_path_factory):
+    """A 4-round run with checkpoints at rounds 2 and 4, and its history."""
+    tmp = tmp_path_factory.mktemp("ckpt")
+    cfg = load_config("configs/default.yaml", FAST + [f"checkpoint.dir={tmp / 'runs'}", f"data.partitions_dir={tmp / 'p'}",
+                                                      f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "algorithm.name=local"])
+    result = run_experiment(cfg, progress=False)
+    return cfg, Path(result.run_dir), result.history
+
+
+def corrupt(case: str, run: Path, marker: Path) -> str:
+    """Apply one corruption to `run`; returns the bad file's path as the refusal must name it."""
+    latest = run / "checkpoints" / "round-000004"
+    evil = pickle.dumps(Payload(marker))
+    if case == "server.pt truncated":
+        data = (latest / "server.pt").read_bytes()
+        (latest / "server.pt").write_bytes(data[: len(data) // 2])
+    elif case == "server.pt empty":
+        (latest / "server.pt").write_bytes(b"")
+    elif case == "server.pt malicious, manifest rewritten":
+        rewrite(latest, "server.pt", evil, update_manifest=True)
+    elif case == "clients.pt truncated":
+        data = (latest / "clients.pt").read_bytes()
+        (latest / "clients.pt").write_bytes(data[:100])
+    elif case == "clients.pt malicious, manifest rewritten":
+        rewrite(latest, "clients.pt", evil, update_manifest=True)
+    elif case == "manifest missing":
+        (latest / "manifest.json").unlink()
+        return str(latest / "manifest.json")
+    elif case == "LATEST outside the run":
+        (run / "checkpoints" / "LATEST").write_text("../../../../etc")
+        return str(run / "checkpoints" / "LATEST")
+    elif case == "LATEST names a missing round":
+        (run / "checkpoints" / "LATEST").write_text("round-000009")
+        return str(run / "checkpoints" / "LATEST")
+    return str(latest / case.split(" ")[0])
+
+
+CORRUPTIONS = ["server.pt truncated", "server.pt empty", "server.pt malicious, manifest rewritten",
+               "clients.pt truncated", "clients.pt malicious, manifest rewritten", "manifest missing",
+               "LATEST outside the run", "LATEST names a missing round"]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("case", CORRUPTIONS)
+def test_a_bad_checkpoint_is_refused_in_one_line_naming_the_intact_one(case, finished_run, tmp_path):
+    cfg, original, _ = finished_run
+    run = tmp_path / original.name
+    shutil.copytree(original, run)
+    marker = tmp_path / "pwned"
+    bad_file = corrupt(case, run, marker)
+    out = cli("run", "--resume", str(run), "--quiet")
+    _, err = out.communicate(timeout=300)
+    assert out.returncode == 1 and "Traceback" not in err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: cannot resume: {bad_file}: ")
+    intact = "is round 4" if case.startswith("LATEST") else "before it is round 2"
+    assert line.endswith(f"the newest intact checkpoint {intact}: resume with "
+                         f"`mooring run --resume {run} --from-round {intact[-1]}`")
+    assert not marker.exists()  # nothing was executed
+
+
+@pytest.mark.ray
+def test_an_unsafe_yaml_in_the_run_directory_is_refused_without_running_it(finished_run, tmp_path):
+    cfg, original, _ = finished_run
+    run = tmp_path / original.name
+    shutil.copytree(original, run)
+    marker = tmp_path / "pwned"
+    (run / "config.yaml").write_text(f'seed: !!python/object/apply:os.system ["touch {marker}"]\n')
+    out = cli("run", "--resume", str(run), "--quiet")
+    _, err = out.communicate(timeout=300)
+    assert out.returncode == 2 and not marker.exists()
+    assert err.strip().splitlines() == [f"error: {run / 'config.yaml'}: refused YAML tag at line 1, column 7 "
+                                        "(could not determine a constructor for the tag "
+                                        "'tag:yaml.org,2002:python/object/apply:os.system'); only plain data "
+                                        "(mappings, lists, strings, numbers) is read"]
+
+
+@pytest.mark.ray
+def test_resume_from_an_earlier_round_gives_the_uninterrupted_history(finished_run, tmp_path):
+    cfg, original, history = finished_run
+    run = tmp_path / original.name
+    shutil.copytree(original, run)
+    corrupt("server.pt truncated", run, tmp_path / "unused")
+    with pytest.raises(RunError, match=r"round-000004/server.pt: \d+ bytes with sha256 .*round 2"):
+        run_experiment(cfg, progress=False, resume_dir=str(run))
+    resumed = run_experiment(cfg, progress=False, resume_dir=str(run), from_round=2)
+    assert resumed.history == history
+    ckpt.verify_checkpoint(str(run / "checkpoints" / "round-000004"))  # rewritten by the resumed run
+
+
+def test_a_checkpoint_without_the_round_asked_for_is_one_line(tmp_path):
+    (tmp_path / "checkpoints" / "round-000002").mkdir(parents=True)
+    with pytest.raises(ckpt.CheckpointError, match=r"^--from-round 3: .* has no checkpoint of that round "
+                                                   r"\(checkpointed rounds: 2\)$"):
+        ckpt.checkpoint_to_resume(str(tmp_path), from_round=3)
+
+
+# --------------------------------------------------------------------------------------- signals
+def listening_addresses(pids: set[int]) -> set[str]:
+    return {c.laddr.ip for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    runs = tmp_path / "runs"
+    sets = [f"checkpoint.dir={runs}", f"data.partitions_dir={tmp_path / 'p'}", "data.num_clients=4",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "train.rounds=1000000000000", "checkpoint.every=0"]
+    proc = cli("run", "configs/default.yaml", *[f"--set={s}" for s in sets], "--quiet")
+    try:
+        while not any(runs.glob("*/metrics.jsonl")) and proc.poll() is None:  # the rounds have begun
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        tree = process_tree(proc.pid)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum and "Traceback" not in err
+    [run_dir] = runs.iterdir()
+    [line] = err.strip().splitlines()
+    stopped = int(line.split("stopped after round ")[1].split(";")[0])
+    assert line == (f"interrupted: stopped after round {stopped}; checkpoint {run_dir}/checkpoints/"
+                    f"{ckpt.checkpoint_name(stopped)}; continue with `mooring run --resume {run_dir}`")
+    assert ckpt.checkpoint_to_resume(str(run_dir)).endswith(ckpt.checkpoint_name(stopped))  # verified
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("mooring").experiment_id])
+    assert run.info.status == "KILLED"
+    _, alive = psutil.wait_procs(tree[1:], timeout=60)  # Ray's processes of this run end with it
+    assert alive == []

@@ -1,0 +1,87 @@
+"""resources.partial_sums: actors return Σ n_k·θ_k of their clients instead of each model (FedAvg-style methods).
+What holds: the same run with the same number of actors is bitwise the same; across numbers of actors and
+against per-client aggregation the global model agrees to float32 rounding; the logged bytes do not change."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+from orchestrator.federation import (
+    PARTIAL_SUMS,
+    ClientHost,
+    Server,
+    fold_partial_sums,
+    in_process_calls,
+    sum_updates,
+)
+from orchestrator.run import run_experiment
+from tasks.algorithms import ClientUpdate
+
+FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=0",
+        "data.partition.kind=iid", "train.optimizer.weight_decay=0"]
+
+
+def update(cid: int, n: int, w: list[float], steps: int = 0) -> ClientUpdate:
+    return ClientUpdate(cid, n, tensors={"w": torch.tensor(w), "steps": torch.tensor(steps)}, metrics={"train_loss": 1.0})
+
+
+def test_a_partial_sum_is_the_hand_computed_weighted_sum_and_strips_the_models():
+    summed = sum_updates({3: update(3, 3, [3.0, -1.0], steps=9), 1: update(1, 1, [1.0, 2.0], steps=4)})
+    (partial,) = summed.pop(PARTIAL_SUMS)
+    assert partial.first_client == 1 and partial.weight == 4.0
+    assert torch.equal(partial.sums["w"], torch.tensor([1 * 1.0 + 3 * 3.0, 1 * 2.0 + 3 * -1.0], dtype=torch.float64))
+    assert torch.equal(partial.buffers["steps"], torch.tensor(4))  # the first client's integer buffer, as FedAvg
+    assert partial.bytes_sent == 2 * (2 * 4 + 8)
+    assert sorted(summed) == [1, 3] and all(u.tensors == {} and u.metrics == {"train_loss": 1.0} for u in summed.values())
+
+
+def test_folding_partials_in_any_split_gives_the_weighted_mean():
+    clients = {0: update(0, 1, [1.0]), 1: update(1, 3, [3.0]), 2: update(2, 4, [0.5])}
+    whole = sum_updates(dict(clients))[PARTIAL_SUMS]
+    split = sum_updates({0: clients[0], 2: clients[2]})[PARTIAL_SUMS] + sum_updates({1: clients[1]})[PARTIAL_SUMS]
+    expected = torch.tensor([(1 * 1.0 + 3 * 3.0 + 4 * 0.5) / 8])
+    reference = {"w": torch.zeros(1), "steps": torch.tensor(0)}
+    assert torch.equal(fold_partial_sums(whole, reference)["w"], expected)
+    assert torch.equal(fold_partial_sums(split[::-1], reference)["w"], expected)  # folded by first client, any order
+
+
+def test_partial_sums_agree_with_per_client_aggregation_in_process(workdir):
+    states = {}
+    for summed in (False, True):
+        cfg = load_config("configs/default.yaml", FAST + workdir + [f"resources.partial_sums={str(summed).lower()}"])
+        data = prepare_data(cfg)
+        server, host = Server(cfg, data), ClientHost(cfg, data, list(range(data.num_clients)))
+        assert server.summed is summed
+        history = [server.run_round(in_process_calls(host)) for _ in range(3)]
+        states[summed] = (server.state["model"], [(m["bytes_up"], m["bytes_down"]) for m in history])
+    for key, value in states[False][0].items():
+        assert torch.allclose(value, states[True][0][key], rtol=0, atol=1e-6)
+    assert states[False][1] == states[True][1]  # each client's model is still counted as sent
+
+
+@pytest.mark.parametrize("name, summed", [("fedavg", True), ("fedprox", True), ("moon", True), ("fedfa", False),
+                                           ("fednh", False), ("local", False)])
+def test_only_methods_that_average_as_fedavg_does_sum(workdir, name, summed):
+    cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.partial_sums=true", f"algorithm.name={name}"])
+    assert Server(cfg, prepare_data(cfg)).summed is summed
+
+
+@pytest.mark.ray
+def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(ray_session, workdir):
+    def final_model(actors: int):
+        cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.partial_sums=true",
+                                                                     f"resources.num_actors={actors}"])
+        result = run_experiment(cfg, progress=False)
+        state = torch.load(Path(result.run_dir) / "final_state.pt", weights_only=True)
+        return state["model"], [{k: v for k, v in m.items() if k != "accuracy"} for m in result.history]
+
+    two, two_history = final_model(2)
+    again, again_history = final_model(2)
+    one, one_history = final_model(1)
+    assert all(torch.equal(two[k], again[k]) for k in two) and two_history == again_history
+    assert all(torch.allclose(two[k], one[k], rtol=0, atol=1e-6) for k in two)
+    assert [m["bytes_up"] for m in one_history] == [m["bytes_up"] for m in two_history]

@@ -1,0 +1,79 @@
+"""A run's phases are timed (what `mooring run --profile` prints), and `mooring run` ends without leaving any
+process of the Ray instance it started."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.phases import Phases, profile_table
+from orchestrator.run import run_experiment
+
+pytestmark = pytest.mark.ray
+FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2"]
+
+
+def test_phases_count_and_sum_what_they_time():
+    phases = Phases()
+    for _ in range(3):
+        with phases("work"):
+            pass
+    phases.add("work", 2.0)
+    phases.merge({"other": [0.5, 1.5]}, prefix="actor ")
+    seconds = phases.as_dict()
+    assert len(seconds["work"]) == 4 and sum(seconds["work"]) >= 2.0 and seconds["actor other"] == [0.5, 1.5]
+    table = profile_table({"actor other": [0.5, 1.5]})
+    assert table.splitlines()[1].split()[-3:] == ["2", "1000.00", "2.000"]  # count, median ms, total s
+
+
+def test_a_run_times_its_start_up_rounds_and_end(ray_session, workdir):
+    result = run_experiment(load_config("configs/default.yaml", FAST + workdir), progress=False)
+    phases = result.phases
+    for name in ("start: Ray", "start: data (in the background)", "start: client actors ready and loaded",
+                 "end: artifacts"):
+        assert len(phases[name]) == 1
+    for name in ("driver: wait for the round", "round: clients' updates", "round: aggregate", "round: evaluate"):
+        assert len(phases[name]) == 3
+    # each round, each of the two actors reports its own work and the call around it
+    assert len(phases["update: actor host work"]) == len(phases["update: actor call beyond it"]) >= 3
+    assert len(phases["driver: wait for the checkpoint"]) == 2  # after rounds 2 and 3 (the last)
+    assert not any(key.startswith(("start:", "round:", "update:", "driver:")) for m in result.history for key in m)
+
+
+def ray_processes_of(tmpdir: str) -> list[psutil.Process]:
+    """Every process started with TMPDIR=tmpdir (the driver passes its environment to Ray's processes, and the
+    raylet to its workers, whose command lines Ray rewrites)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("TMPDIR") == tmpdir:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, workdir):
+    ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))  # short: Ray's socket paths under it must fit in 107 bytes
+    out_json = tmp_path / "out.json"
+    env = {**os.environ, "TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    args = ["run", "configs/default.yaml", "--quiet", "--output-json", str(out_json),
+            *(f"--set={o}" for o in FAST + workdir + ["tracking.enabled=false"])]
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "3 rounds in" in done.stdout and out_json.exists()
+    deadline = time.monotonic() + 60  # the kernel kills Ray's processes with the driver; workers follow their raylet
+    while ray_processes_of(str(ray_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray_processes_of(str(ray_tmp)) == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)

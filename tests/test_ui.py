@@ -1,0 +1,57 @@
+"""`mooring ui` for real: a server on a fresh store answers, runs in one process, and stops on a signal."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_page(url: str, proc: subprocess.Popen, limit: float = 600.0) -> bytes:
+    """The page, once the server answers (the limit only keeps a broken server from hanging the suite)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "mooring ui exited before serving"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.read()
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"no answer from {url}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ui_serves_the_store_in_one_process_and_stops_on_a_signal(tmp_path, sig):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "ui", "--uri", f"sqlite:///{tmp_path}/m.db",
+                             "--port", str(port)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        page = wait_for_page(f"http://127.0.0.1:{port}/", proc)
+        assert b"<html" in page.lower() or b"<!doctype html" in page.lower()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
+                                         data=b'{"max_results": 5}', headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            assert b"experiments" in r.read()
+        everything = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        assert len(everything) == 1  # no launcher, no workers, no job runner
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=120)
+        gone, alive = psutil.wait_procs(everything, timeout=30)
+        assert not alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

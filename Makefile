@@ -27,7 +27,7 @@ run: install
 
 test: install
 	$(VENV)/bin/ruff check orchestrator tasks pipelines tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 claims: install
 	$(VENV)/bin/mooring claims --out docs/claims.md

@@ -1,4 +1,4 @@
-"""`mooring bench [tiny|whole-run|overhead|scale|gpu|engine|sweep|all]`: run the benchmarks in benchmarks/ and print
+"""`mooring bench [tiny|whole-run|overhead|scale|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/ and print
 their tables, each with the command that reproduces it.
 
 Each figure is a ratio against a baseline measured in the same run. `--out benchmarks/README.md` also
@@ -20,6 +20,7 @@ BENCHES = {
     "gpu": "benchmarks.gpu_packing",
     "engine": "benchmarks.engine_gpu",
     "sweep": "benchmarks.sweep_efficiency",
+    "ui": "benchmarks.ui_start",
 }
 
 
@@ -29,7 +30,8 @@ def configure(parser) -> None:
                              "whole `mooring run` against the loop's whole process), overhead (heavy clients against "
                              "the loop), scale (1,000 clients against 100), gpu (client actors sharing one GPU; "
                              "skipped without CUDA), engine (the vectorized engine against the sequential one on one device, "
-                             "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), or all (default)")
+                             "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), ui (`mooring ui` against `mlflow server`: seconds to the "
+                             "page and to the API), or all (default)")
     parser.add_argument("--out", default=None, metavar="MARKDOWN",
                         help="update this markdown file's section for each benchmark")
     parser.add_argument("--size", action="append", type=client_size, metavar="CLIENTS/PER_ROUND",
@@ -94,6 +96,8 @@ def measure_options(name: str, args) -> list[dict]:
     if name == "overhead":
         given = {"repeats": args.repeats, "mooring_overrides": given["mooring_overrides"]}
         return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
+    if name == "ui":
+        return [{"repeats": args.repeats} if args.repeats else {}]
     if name == "engine":
         given = {"size": args.size[0] if args.size else None, "samples_per_client": args.samples,
                  "rounds": args.rounds, "mooring_overrides": given["mooring_overrides"]}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,9 @@ def test_ui_serves_the_store_in_one_process_and_stops_on_a_signal(tmp_path, sig)
     try:
         page = wait_for_page(f"http://127.0.0.1:{port}/", proc)
         assert b"<html" in page.lower() or b"<!doctype html" in page.lower()
+        [script] = re.findall(rb'src="/?(static-files/[^"]+\.js)"', page)[:1]  # served before MLflow has loaded
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{script.decode()}", timeout=60) as r:
+            assert r.status == 200 and len(r.read()) > 10_000
         request = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search",
                                          data=b'{"max_results": 5}', headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as r:

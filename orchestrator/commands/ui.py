@@ -5,11 +5,20 @@ nothing else, in this one process: MLflow's app under uvicorn, as `mlflow server
 but without that command's launcher process and without its job runner (the huey consumers that run GenAI
 evaluation jobs and trace roll-ups, never used by browsing). SIGINT (Ctrl-C) or SIGTERM stops it; nothing is
 left behind because nothing else is started.
+
+Importing MLflow's server takes seconds (pandas, SQLAlchemy, the GenAI modules), so the port opens at once:
+the UI's page and its static files are answered straight from MLflow's build directory while the app loads
+in a thread, and every other request (the REST API the page calls) waits for it. MLflow's lifespan hook,
+which only reaps its assistant's sandbox containers, is not run.
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import warnings
+from importlib.util import find_spec
+from pathlib import Path
 
 
 def configure(parser) -> None:
@@ -32,23 +41,87 @@ def server_environment(uri: str, artifact_root: str) -> dict[str, str]:
             _MLFLOW_IN_JOB_EXECUTOR.name: "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
-def main(args) -> int:
-    from orchestrator.tracking import resolve_uri
+class PageFirst:
+    """ASGI app: MLflow's page and static files at once, everything else from MLflow's app once it has loaded."""
 
-    uri = resolve_uri(args.uri)
-    if uri.startswith(("http://", "https://")):
-        print(f"runs are on a tracking server: open {uri} in a browser")
-        return 0
-    print(f"MLflow UI for {uri} at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
-    warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")  # MLflow's, not ours
+    def __init__(self, load_app, static_dir: Path):
+        from starlette.responses import FileResponse
+        from starlette.staticfiles import StaticFiles
+
+        self._page = FileResponse(static_dir / "index.html")
+        self._static = StaticFiles(directory=static_dir)
+        self._app = None
+        self._failure: BaseException | None = None
+        self._loaded = threading.Event()
+        threading.Thread(target=self._load, args=(load_app,), name="mlflow-app-import", daemon=True).start()
+
+    def _load(self, load_app) -> None:
+        try:
+            self._app = load_app()
+        except BaseException as e:  # noqa: BLE001 - reported on every request that needs the app
+            self._failure = e
+        finally:
+            self._loaded.set()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path == "/":
+            return await self._page(scope, receive, send)
+        if scope["type"] == "http" and path.startswith("/static-files/"):
+            return await self._static({**scope, "path": path[len("/static-files"):]}, receive, send)
+        if not self._loaded.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self._loaded.wait)
+        if self._app is None:
+            from starlette.responses import PlainTextResponse
+
+            reason = f"{type(self._failure).__name__}: {self._failure}"
+            return await PlainTextResponse(f"MLflow's server failed to load: {reason}", 500)(scope, receive, send)
+        await self._app(scope, receive, send)
+
+    @staticmethod
+    async def _lifespan(receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def load_mlflow_app(uri: str):
+    """MLflow's FastAPI app on the store `uri`, set up as `mlflow server --no-serve-artifacts` would."""
     from mlflow.server.handlers import initialize_backend_stores
     from mlflow.utils.server_cli_utils import resolve_default_artifact_root
 
-    artifact_root = resolve_default_artifact_root(False, None, uri)  # as `mlflow server --no-serve-artifacts`
+    artifact_root = resolve_default_artifact_root(False, None, uri)
     os.environ.update(server_environment(uri, artifact_root))
     initialize_backend_stores(uri, uri, artifact_root)  # creates or upgrades the store's tables, as mlflow server
+    from mlflow.server.fastapi_app import app
+
+    print(f"browsing the runs in {uri}", flush=True)
+    return app
+
+
+def mlflow_static_dir() -> Path:
+    """MLflow's built UI, found without importing MLflow."""
+    return Path(find_spec("mlflow").submodule_search_locations[0]) / "server" / "js" / "build"
+
+
+def main(args) -> int:
+    from orchestrator.tracking import resolve_uri
+
+    configured = args.uri or os.environ.get("MLFLOW_TRACKING_URI")  # else MLflow's default, a local store
+    if configured and resolve_uri(configured).startswith(("http://", "https://")):
+        print(f"runs are on a tracking server: open {configured} in a browser")
+        return 0
+    print(f"MLflow UI at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
+    warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")  # MLflow's, not ours
     import uvicorn
 
+    app = PageFirst(lambda: load_mlflow_app(resolve_uri(configured)), mlflow_static_dir())
     # uvicorn stops on SIGINT and SIGTERM (closing open connections) and returns here
-    uvicorn.run("mlflow.server.fastapi_app:app", host=args.host, port=args.port, workers=1, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="warning")
     return 0

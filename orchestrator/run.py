@@ -59,16 +59,28 @@ def init_ray(**kwargs) -> None:
     """ray.init, with client actors at normal CPU priority where this call starts the Ray instance: Ray
     otherwise starts its workers at niceness 15, so the driver, the raylet and anything else on the machine
     preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
-    from that command's environment.) """
+    from that command's environment.) A local instance listens on 127.0.0.1 only, and a driver joining an
+    instance at a loopback address joins it there (Ray would otherwise swap 127.0.0.1 for the machine's
+    outward address)."""
 
     import ray
 
     os.environ.setdefault("RAY_worker_niceness", "0")
-    if kwargs.get("address") is None and "RAY_ADDRESS" not in os.environ:
+    address = kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+    if address is None:
         # A local instance that this call starts: Ray enables token authentication for it anyway, and says so
         # in a warning on every command unless the mode is set explicitly (which also silences it).
         os.environ.setdefault("RAY_AUTH_MODE", "token")
-    ray.init(**kwargs)  # loopback_only() is not applied yet: drivers given the instance's address could not join it
+    if address is None or is_loopback(address):
+        with loopback_only():
+            ray.init(**kwargs)
+    else:
+        ray.init(**kwargs)
+
+
+def is_loopback(address: str) -> bool:
+    host = urlparse(address if "://" in address else f"ray://{address}").hostname or ""
+    return host == "localhost" or host.startswith("127.")
 
 
 @contextmanager

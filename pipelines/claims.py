@@ -178,10 +178,16 @@ def render_section(cfg, comps: dict[str, Comparison], verdicts: list[Verdict], c
     return "\n".join(lines) + "\n"
 
 
+READING = "### Reading"
+
+
 def write_report(sections: dict[str, str], path: Path) -> None:
-    """docs/claims.md: one section per claims config; sections not re-run this time are kept."""
+    """docs/claims.md: one section per claims config; sections not re-run this time are kept, and so is the
+    `### Reading` of a section that is re-run (what the tables show, written by a person after reading them;
+    it lives here only, never in a config)."""
     existing = _read_sections(path)
-    existing.update(sections)
+    for name, text in sections.items():
+        existing[name] = text + kept_reading(existing.get(name, ""))
     header = ("# The papers' claims on real digits\n\n"
               "Written by `make claims` (`mooring claims`). Every number is measured by Mooring on scikit-learn's "
               "`load_digits`, mean ± std over seeds; each claim is judged on paired per-seed differences to its "
@@ -190,6 +196,12 @@ def write_report(sections: dict[str, str], path: Path) -> None:
     body = "".join(f"<!-- claims:{name} -->\n{text}\n" for name, text in sorted(existing.items()))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + body)
+
+
+def kept_reading(section: str) -> str:
+    """The `### Reading` part of a section (to its end), or nothing."""
+    start = section.find(f"\n{READING}\n")
+    return "" if start < 0 else section[start:].rstrip() + "\n"
 
 
 def _read_sections(path: Path) -> dict[str, str]:

@@ -88,3 +88,15 @@ def test_fedsa_gives_every_sample_to_the_clients():
     assert sum(len(a) + len(b) for a, b in zip(part.train, part.test)) == 1797
     train, test = stratified_split(y, 0.0, 0)
     assert len(train) == len(y) and len(test) == 0
+
+
+def test_a_rerun_section_keeps_its_reading_and_other_sections(tmp_path):
+    from pipelines.claims import write_report
+
+    report = tmp_path / "claims.md"
+    write_report({"a": "## A\n\n| table | old |\n", "b": "## B\n"}, report)
+    report.write_text(report.read_text().replace("| table | old |\n", "| table | old |\n\n### Reading\n\nA holds.\n"))
+    write_report({"a": "## A\n\n| table | new |\n"}, report)
+    text = report.read_text()
+    assert "| table | new |\n\n### Reading\n\nA holds.\n" in text and "| table | old |" not in text
+    assert text.count("### Reading") == 1 and "<!-- claims:b -->\n## B\n" in text

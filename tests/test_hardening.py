@@ -241,6 +241,8 @@ def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_p
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         tree = process_tree(proc.pid)
+        listening = listening_addresses({p.pid for p in tree})
+        assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening  # a local run: loopback only
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:

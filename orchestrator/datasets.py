@@ -12,10 +12,17 @@ from tasks.data.datasets import load_dataset
 from tasks.data.federated import FederatedData
 from tasks.data.partition import Partition, make_partition
 
+# Options added after partitions were first stored: left out of the key at their defaults, so the files stored
+# before them are still found (the partitions are the same).
+LATER_OPTIONS = {"max_draws": 1000, "repair": False}
+
 
 def partition_key(cfg) -> str:
     spec = {"data": cfg.data.model_dump(mode="json", exclude={"root", "download", "partitions_dir"}),
             "seed": cfg.seed, "split_seed": cfg.split_seed}
+    for name, default in LATER_OPTIONS.items():
+        if spec["data"]["partition"][name] == default:
+            del spec["data"]["partition"][name]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -26,7 +33,8 @@ def load_or_make_partition(cfg, y_train) -> tuple[Partition, str]:
         table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
         return Partition.from_table(table, cfg.data.num_clients), uri
     partition = make_partition(y_train, cfg.data, cfg.seed)
-    table = partition.to_table().replace_schema_metadata({"content_hash": partition.content_hash()})
+    table = partition.to_table()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), "content_hash": partition.content_hash()})
     buf = io.BytesIO()
     pq.write_table(table, buf)
     storage.write_bytes_atomic(uri, buf.getvalue())

@@ -61,6 +61,9 @@ def load_digits_dataset(opts) -> ArrayDataset:
     return _split("digits", x, y, 10, opts.test_fraction, opts.split_seed)
 
 
+SYNTHETIC_BLOCK = 65536
+
+
 @DATASETS.register("synthetic")
 def load_synthetic(opts) -> ArrayDataset:
     """Class-conditional Gaussian images: each class has a fixed random mean image plus pixel noise."""
@@ -70,8 +73,13 @@ def load_synthetic(opts) -> ArrayDataset:
     means = rng.normal(0.0, 1.0, size=(s.num_classes, *shape)).astype(np.float32)
     y = np.arange(s.num_samples, dtype=np.int64) % s.num_classes
     rng.shuffle(y)
-    x = means[y] + s.noise * rng.normal(size=(s.num_samples, *shape)).astype(np.float32)
-    return _split("synthetic", x.astype(np.float32), y, s.num_classes, opts.test_fraction, opts.split_seed)
+    x = np.empty((s.num_samples, *shape), dtype=np.float32)
+    # in blocks, so millions of samples never hold float64 noise for all of them (the values are the same)
+    for start in range(0, s.num_samples, SYNTHETIC_BLOCK):
+        block = slice(start, start + SYNTHETIC_BLOCK)
+        noise = rng.normal(size=(len(y[block]), *shape)).astype(np.float32)
+        x[block] = means[y[block]] + s.noise * noise
+    return _split("synthetic", x, y, s.num_classes, opts.test_fraction, opts.split_seed)
 
 
 def load_dataset(opts) -> ArrayDataset:

@@ -38,6 +38,12 @@ class Tally:
     draws: int = 0
     moved: int = 0
 
+    def describe(self) -> str:
+        return f"{self.draws} Dirichlet draws, {self.moved} samples moved by the repair"
+
+    def as_tags(self) -> dict[str, str]:
+        return {"partition_draws": str(self.draws), "partition_moved": str(self.moved)}
+
 
 @dataclass
 class Partition:

@@ -6,10 +6,11 @@ not on the total. Synthetic 8×8 images (20 per client), IID, the digits MLP, 1 
 
     python -m benchmarks.scale [--algorithm fedavg] [--algorithm fedsa]        (or: mooring bench scale)
 
-`--partitions`: partitions at scale instead. Building, hashing, storing (Parquet, through orchestrator.storage)
-and reloading a partition of 100,000 clients with 20 samples each, against 1,000 clients with 20 each (the
-baseline: a ratio of 100 is linear in the data), and generating the synthetic dataset (25 samples per client,
-8×8) that holds them; each in a fresh process, whose peak RSS above its imports is the memory it cost.
+`--partitions`: partitions at scale instead. Building, hashing, storing (Parquet, through orchestrator.storage),
+reloading and pickling (to bytes and back, as into Ray's object store) a partition of 100,000 clients with 20
+samples each, against 10,000 clients with 20 each (the baseline: a ratio of 10 is linear in the data), and
+generating the synthetic dataset (25 samples per client, 8×8) that holds them; each in a fresh process, whose
+peak RSS above its imports is the memory it cost.
 
     python -m benchmarks.scale --partitions
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import statistics
 import subprocess
 import sys
@@ -73,7 +75,7 @@ def report(measured: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------ partitions at scale
-PARTITION_CLIENTS = (1_000, 100_000)  # the first is the baseline
+PARTITION_CLIENTS = (10_000, 100_000)  # the first is the baseline
 PARTITION_KINDS = ("dirichlet", "iid", "synthetic data")
 SAMPLES_PER_CLIENT = 20
 
@@ -133,7 +135,8 @@ def partition_steps(clients: int, kind: str, tmp: str, seconds: dict) -> int:
     digest = timed("hash", partition.content_hash)
     timed("store", store_partition, partition, f"{tmp}/partition.parquet")
     reloaded = timed("load", load_partition, f"{tmp}/partition.parquet", clients)
-    assert reloaded.content_hash() == digest
+    unpickled = timed("pickle", lambda: pickle.loads(pickle.dumps(reloaded, protocol=5)))  # Ray's object store
+    assert reloaded.content_hash() == unpickled.content_hash() == digest
     return y.nbytes
 
 
@@ -146,7 +149,7 @@ def partition_report(measured: list[dict]) -> str:
         rows.append([m["kind"], f"{m['clients']:,}", steps, f"{total:.2f}",
                      f"{total / sum(base[m['kind']]['seconds'].values()):.0f}", f"{m['peak_mb']:.0f}",
                      f"{m['data_mb']:.0f}"])
-    return markdown_table(["what", "clients", "seconds per step", "seconds in all", "× the 1,000 clients",
+    return markdown_table(["what", "clients", "seconds per step", "seconds in all", "× the 10,000 clients (10 = linear)",
                            "peak RSS MB above imports", "the data, MB (labels or images)"], rows) + "\n"
 
 

@@ -1,6 +1,8 @@
 """Partitioners: deterministic, exhaustive, sized, skewed as α says, domains as configured; stored once."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -175,3 +177,5 @@ def test_a_100000_client_partition_is_stored_and_reloaded(tmp_path):
         assert [len(p) for p in a] == [len(p) for p in b] and np.array_equal(np.concatenate(a), np.concatenate(b))
     sizes = np.array([len(tr) + len(te) for tr, te in zip(made.train, made.test)])
     assert sizes.min() >= 10 and sizes.sum() == len(y)
+    unpickled = pickle.loads(pickle.dumps(reloaded))  # as Ray's object store passes it to the actors
+    assert unpickled.content_hash() == made.content_hash() and unpickled.tally == made.tally

@@ -88,7 +88,7 @@ class Partition:
         is_test = pc.equal(table["split"], "test").to_numpy(zero_copy_only=False)
         domain = np.zeros(num_clients, dtype=np.int64)
         domain[client] = table["domain"].to_numpy()
-        parts = group_by(2 * client + is_test, table["sample"].to_numpy(), 2 * num_clients)
+        parts = group_by(2 * client + is_test, table["sample"].to_numpy(), 2 * num_clients)  # train 2c, test 2c + 1
         meta = table.schema.metadata or {}
         tally = Tally(int(meta[b"draws"]), int(meta[b"moved"])) if b"draws" in meta else None
         return cls(parts[0::2], parts[1::2], domain, tally)
@@ -149,8 +149,11 @@ def split_dirichlet(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: flo
             f"≥ {min_classes} classes in {max_tries} draws; lower min_size / min_classes, raise alpha, or set "
             f"data.partition.repair: true"
         )
-    tally.moved += repair_sizes(owner, sizes, min_size, rng)
-    if min_classes > 1 and classes_per_client(owner, y[samples], num_clients).min() < min_classes:
+    target = max(min_size, 1)  # a client without samples has no class, and min_classes ≥ 1
+    if target * num_clients > len(idx):
+        raise PartitionError(f"data.partition.repair: {num_clients} clients cannot each get a sample of the {len(idx)}")
+    tally.moved += repair_sizes(owner, sizes, target, rng)
+    if classes_per_client(owner, y[samples], num_clients).min() < min_classes:
         raise PartitionError(
             f"data.partition.repair: moving samples gave every client ≥ {min_size} samples but not ≥ {min_classes} "
             f"classes (the repair tops up sizes only); lower min_classes or raise alpha"
@@ -290,7 +293,7 @@ def make_partition(y_train: np.ndarray, data_cfg, seed: int) -> Partition:
     n_test = np.array([int(round(n * data_cfg.client_test_fraction)) for n in sizes.tolist()], dtype=np.int64)
     client = np.repeat(np.arange(len(parts)), sizes)
     is_train = (np.arange(len(shuffled)) - np.repeat(np.cumsum(sizes) - sizes, sizes)) >= np.repeat(n_test, sizes)
-    grouped = group_by(2 * client + is_train, shuffled, 2 * len(parts))
+    grouped = group_by(2 * client + is_train, shuffled, 2 * len(parts))  # client c: test at 2c, train at 2c + 1
     return Partition(grouped[1::2], grouped[0::2], domain, tally)
 
 

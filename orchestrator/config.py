@@ -66,6 +66,10 @@ class PartitionConfig(Strict):
     classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
     min_classes: int = Field(1, ge=1, description="Dirichlet: redraw until every client holds at least this many "
                              "classes (fednh.md §7: 2)")
+    max_draws: int = Field(1000, ge=1, description="Dirichlet: at most this many draws for min_size / min_classes")
+    repair: bool = Field(False, description="Dirichlet: when no draw meets min_size, move samples from the largest "
+                         "clients to those below it, chosen from the seed (for federations where redraws cannot "
+                         "succeed; tops up sizes only, not min_classes); the summary reports draws and samples moved")
 
 
 class DomainConfig(Strict):

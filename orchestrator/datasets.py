@@ -12,10 +12,17 @@ from tasks.data.datasets import load_dataset
 from tasks.data.federated import FederatedData
 from tasks.data.partition import Partition, make_partition
 
+# Options added after partitions were first stored: left out of the key at their defaults, so the files stored
+# before them are still found (the partitions are the same).
+LATER_OPTIONS = {"max_draws": 1000, "repair": False}
+
 
 def partition_key(cfg) -> str:
     spec = {"data": cfg.data.model_dump(mode="json", exclude={"root", "download", "partitions_dir"}),
             "seed": cfg.seed, "split_seed": cfg.split_seed}
+    for name, default in LATER_OPTIONS.items():
+        if spec["data"]["partition"][name] == default:
+            del spec["data"]["partition"][name]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -23,14 +30,22 @@ def load_or_make_partition(cfg, y_train) -> tuple[Partition, str]:
     """The stored partition for this exact data spec and seed, or a new one, written once as Parquet."""
     uri = storage.join(cfg.data.partitions_dir, f"partition-{partition_key(cfg)}.parquet")
     if storage.exists(uri):
-        table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
-        return Partition.from_table(table, cfg.data.num_clients), uri
+        return load_partition(uri, cfg.data.num_clients), uri
     partition = make_partition(y_train, cfg.data, cfg.seed)
-    table = partition.to_table().replace_schema_metadata({"content_hash": partition.content_hash()})
+    store_partition(partition, uri)
+    return partition, uri
+
+
+def store_partition(partition: Partition, uri: str) -> None:
+    table = partition.to_table()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), "content_hash": partition.content_hash()})
     buf = io.BytesIO()
     pq.write_table(table, buf)
     storage.write_bytes_atomic(uri, buf.getvalue())
-    return partition, uri
+
+
+def load_partition(uri: str, num_clients: int) -> Partition:
+    return Partition.from_table(pq.read_table(io.BytesIO(storage.read_bytes(uri))), num_clients)
 
 
 def prepare_data(cfg) -> FederatedData:

@@ -488,6 +488,7 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
             with phases("start: wait for the data"):
                 data = data_ready.result()
             tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
+                    **(data.partition.tally.as_tags() if data.partition.tally else {}),
                     "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
             tracking_started = background.submit(
                 _timed, phases, "start: MLflow run (in the background)", start_tracking, cfg, tags,

@@ -25,6 +25,7 @@ def test_data_show_prints_every_client_and_saves_the_heatmap(tmp_path):
         assert int(row[0]) == c and int(row[1]) == len(data.partition.train[c])
         assert np.array_equal(np.array(row[4:], dtype=int), hist[c])
     assert f"hash {data.partition_hash}" in out.stdout
+    assert f"{data.partition.tally.draws} Dirichlet draws, 0 samples moved by the repair" in out.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

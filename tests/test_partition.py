@@ -1,13 +1,22 @@
 """Partitioners: deterministic, exhaustive, sized, skewed as α says, domains as configured; stored once."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
 from orchestrator.config import load_config
 from orchestrator.datasets import load_or_make_partition, prepare_data
 from tasks.data.datasets import load_digits_dataset
-from tasks.data.partition import Partition, label_entropy, make_partition
+from tasks.data.partition import (
+    Partition,
+    PartitionError,
+    Tally,
+    label_entropy,
+    make_partition,
+    split_dirichlet,
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +116,66 @@ def test_partition_is_stored_once_as_parquet_and_reloaded(tmp_path, digits_y):
     table = pq.read_table(uri)
     assert table.column_names == ["client", "sample", "split", "domain"]
     assert table.schema.metadata[b"content_hash"].decode() == first.content_hash()
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ([], "d8d00df5788ba6bd"),  # configs/default.yaml
+    (["data.partition.alpha=0.5", "data.partition.cap=true", "data.partition.min_classes=2", "data.partition.min_size=3",
+      "data.num_clients=12", "seed=3", "data.domains.kind=rotation"], "d264af28ff4611fd"),
+])
+def test_content_hash_of_known_configs_is_unchanged(digits_y, overrides, expected):
+    # recorded before the partition code was vectorised: runs and checkpoints keep these hashes
+    cfg = load_config("configs/default.yaml", overrides)
+    assert make_partition(digits_y, cfg.data, cfg.seed).content_hash() == expected
+
+
+@pytest.mark.parametrize(("clients", "min_size"), [(100, 2), (1000, 1)])
+def test_repair_tops_up_the_last_draw_from_the_largest_clients(digits_y, clients, min_size):
+    """α = 0.1 over 100 / 1,000 clients of the digits: no draw gives every client the minimum; the repair does."""
+    idx = np.arange(len(digits_y))
+    drawn = split_dirichlet(idx, digits_y, clients, 0.1, 0, False, np.random.default_rng(7), max_tries=1,
+                            min_classes=0)
+    tally = Tally()
+    repaired = split_dirichlet(idx, digits_y, clients, 0.1, min_size, False, np.random.default_rng(7), max_tries=1,
+                               repair=True, tally=tally)
+    before, after = np.array([len(p) for p in drawn]), np.array([len(p) for p in repaired])
+    assert before.min() < min_size and after.min() >= min_size
+    assert tally == Tally(draws=1, moved=int(np.maximum(min_size - before, 0).sum()))
+    assert np.all(after[before < min_size] == min_size)  # recipients get exactly what they lack
+    donors = after < before
+    assert before[donors].min() >= before[~donors & (before >= min_size)].max(initial=0)  # the largest give
+    assert np.array_equal(np.sort(np.concatenate(repaired)), idx)
+    again = split_dirichlet(idx, digits_y, clients, 0.1, min_size, False, np.random.default_rng(7), max_tries=1,
+                            repair=True)
+    assert all(np.array_equal(a, b) for a, b in zip(repaired, again))
+
+
+def test_repair_is_an_option_redraws_fail_without_it(digits_y):
+    sets = {"data.num_clients": 100, "data.partition.min_size": 2, "data.partition.max_draws": 3,
+            "data.client_test_fraction": 0}
+    with pytest.raises(PartitionError, match="in 3 draws; .* or set data.partition.repair: true"):
+        partition(digits_y, **sets)
+    p = partition(digits_y, **sets, **{"data.partition.repair": True})
+    assert min(len(t) for t in p.train) >= 2 and p.tally.draws == 3 and p.tally.moved > 0
+    assert p.content_hash() == partition(digits_y, **sets, **{"data.partition.repair": True}).content_hash()
+    with pytest.raises(PartitionError, match="tops up sizes only"):
+        partition(digits_y, **sets, **{"data.partition.repair": True, "data.partition.min_classes": 2})
+
+
+def test_a_100000_client_partition_is_stored_and_reloaded(tmp_path):
+    clients = 100_000
+    y = np.random.default_rng(0).permutation(np.arange(20 * clients) % 10)
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}", f"data.num_clients={clients}",
+                                               "data.partition.max_draws=1", "data.partition.repair=true"])
+    made, uri = load_or_make_partition(cfg, y)
+    reloaded, uri2 = load_or_make_partition(cfg, y)
+    assert uri == uri2 and reloaded is not made
+    assert reloaded.num_clients == clients and reloaded.tally == made.tally and made.tally.moved > 0
+    assert reloaded.content_hash() == made.content_hash()
+    for split in ("train", "test"):
+        a, b = getattr(made, split), getattr(reloaded, split)
+        assert [len(p) for p in a] == [len(p) for p in b] and np.array_equal(np.concatenate(a), np.concatenate(b))
+    sizes = np.array([len(tr) + len(te) for tr, te in zip(made.train, made.test)])
+    assert sizes.min() >= 10 and sizes.sum() == len(y)
+    unpickled = pickle.loads(pickle.dumps(reloaded))  # as Ray's object store passes it to the actors
+    assert unpickled.content_hash() == made.content_hash() and unpickled.tally == made.tally

@@ -68,6 +68,7 @@ def test_mlflow_holds_params_metrics_tags_and_artifacts(ray_session, workdir):
     assert run.data.params["train.rounds"] == "4" and run.data.params["algorithm.name"] == "fedprox"
     assert run.data.tags["algorithm"] == "fedprox" and run.data.tags["seed"] == "0"
     assert len(run.data.tags["partition_hash"]) == 16
+    assert int(run.data.tags["partition_draws"]) >= 1 and run.data.tags["partition_moved"] == "0"
     acc = client.get_metric_history(result.mlflow_run_id, "accuracy")
     assert [m.step for m in acc] == [1, 2, 3, 4]
     assert [m.value for m in acc] == [h["accuracy"] for h in result.history]

@@ -18,11 +18,12 @@ def partition_summary(cfg, data) -> str:
     hist = data.partition.class_histogram(data.dataset.y_train, data.num_classes)
     from tasks.data.partition import label_entropy
 
+    tally = data.partition.tally.describe() if data.partition.tally else "draws not recorded (stored before tallies)"
     lines = [
         f"dataset {cfg.data.dataset}: {len(data.dataset.y_train)} train / {len(data.dataset.y_test)} test, "
         f"{data.num_classes} classes, input {'x'.join(map(str, data.input_shape))}",
         f"partition {cfg.data.partition.kind} (alpha={cfg.data.partition.alpha}) over {data.num_clients} clients, "
-        f"seed {cfg.seed}, hash {data.partition_hash}; mean label entropy {label_entropy(hist).mean():.3f} nats",
+        f"seed {cfg.seed}, hash {data.partition_hash}; {tally}; mean label entropy {label_entropy(hist).mean():.3f} nats",
         f"{'client':>6} {'train':>6} {'test':>5} {'domain':>6}  class counts",
     ]
     for c in range(data.num_clients):

@@ -61,17 +61,35 @@ def load_digits_dataset(opts) -> ArrayDataset:
     return _split("digits", x, y, 10, opts.test_fraction, opts.split_seed)
 
 
+SYNTHETIC_BLOCK = 65536
+
+
 @DATASETS.register("synthetic")
 def load_synthetic(opts) -> ArrayDataset:
-    """Class-conditional Gaussian images: each class has a fixed random mean image plus pixel noise."""
+    """Class-conditional Gaussian images: each class has a fixed random mean image plus pixel noise.
+
+    Made in blocks of samples, each written straight to its train or test place: millions of samples never
+    hold float64 noise for all of them nor a second copy for the split (the values are those of one draw)."""
     s = opts.synthetic
     rng = np.random.default_rng(s.seed)
     shape = (s.channels, s.size, s.size)
     means = rng.normal(0.0, 1.0, size=(s.num_classes, *shape)).astype(np.float32)
     y = np.arange(s.num_samples, dtype=np.int64) % s.num_classes
     rng.shuffle(y)
-    x = means[y] + s.noise * rng.normal(size=(s.num_samples, *shape)).astype(np.float32)
-    return _split("synthetic", x.astype(np.float32), y, s.num_classes, opts.test_fraction, opts.split_seed)
+    train, test = stratified_split(y, opts.test_fraction, opts.split_seed)
+    is_train = np.zeros(len(y), dtype=bool)
+    is_train[train] = True
+    place = np.empty(len(y), dtype=np.int64)  # each sample's row in x_train or x_test
+    place[train], place[test] = np.arange(len(train)), np.arange(len(test))
+    x_train = np.empty((len(train), *shape), dtype=np.float32)
+    x_test = np.empty((len(test), *shape), dtype=np.float32)
+    for start in range(0, s.num_samples, SYNTHETIC_BLOCK):
+        block = slice(start, start + SYNTHETIC_BLOCK)
+        x = means[y[block]] + s.noise * rng.normal(size=(len(y[block]), *shape)).astype(np.float32)
+        to_train = is_train[block]
+        x_train[place[block][to_train]] = x[to_train]
+        x_test[place[block][~to_train]] = x[~to_train]
+    return ArrayDataset("synthetic", x_train, y[train], x_test, y[test], s.num_classes)
 
 
 def load_dataset(opts) -> ArrayDataset:

@@ -7,7 +7,9 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 - dirichlet: per class k, p ~ Dir_N(α); with `cap`, clients already holding ≥ n/N samples get p_i = 0
   (FedLab / NIID-Bench / PFLlib, fedfa.md §6.2, fednh.md §7, fedsa.md §6); redrawn until every client has
   `min_size` samples and `min_classes` classes (fednh.md §7's official code asks for 2; it gives up after 3
-  draws and swaps chunks, here the split is redrawn until it holds).
+  draws and swaps chunks, here the split is redrawn until it holds), at most `max_draws` times. With `repair`,
+  the last draw that still misses `min_size` is repaired instead of rejected: samples move from the largest
+  clients to those below the minimum (the only way at α = 0.1 with 1,000+ clients; see `repair_sizes`).
 - dirichlet_equal: equal sizes ⌊n/N⌋, each client's class mix q_i ~ Dir(α·1_C) drawn without replacement
   from per-class pools (feddebias.md §10.1 step 3).
 - shards: label-sorted shards, #C per client (FedLab `shards`, fedfa.md §6.2).
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class PartitionError(Exception):
@@ -29,52 +32,94 @@ class PartitionError(Exception):
 
 
 @dataclass
+class Tally:
+    """How a partition came about: Dirichlet draws made and samples the repair step moved (over all domains)."""
+
+    draws: int = 0
+    moved: int = 0
+
+    def describe(self) -> str:
+        return f"{self.draws} Dirichlet draws, {self.moved} samples moved by the repair"
+
+    def as_tags(self) -> dict[str, str]:
+        return {"partition_draws": str(self.draws), "partition_moved": str(self.moved)}
+
+
+@dataclass
 class Partition:
     train: list[np.ndarray]  # per client: indices into the dataset's training set
     test: list[np.ndarray]  # per client: its own held-out indices (also from the training set)
     domain: np.ndarray  # per client: index into the rotation angles (0 without domains)
+    tally: Tally | None = None  # None for a partition stored before tallies were recorded
 
     @property
     def num_clients(self) -> int:
         return len(self.train)
 
+    def _segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every client's train indices then its test indices, end to end (int64), and the (clients, 2) sizes."""
+        sizes = np.array([[len(tr), len(te)] for tr, te in zip(self.train, self.test)], dtype=np.int64).reshape(-1, 2)
+        flat = [part for pair in zip(self.train, self.test) for part in pair]
+        return (np.concatenate(flat).astype(np.int64) if flat else np.zeros(0, np.int64)), sizes
+
+    def __getstate__(self) -> dict:
+        """Pickled (into Ray's object store) as flat arrays: 200,000 small arrays take seconds one by one."""
+        flat, sizes = self._segments()
+        return {"flat": flat, "sizes": sizes, "domain": self.domain, "tally": self.tally}
+
+    def __setstate__(self, state: dict) -> None:
+        parts = cut(state["flat"], state["sizes"].ravel())
+        self.train, self.test, self.domain, self.tally = parts[0::2], parts[1::2], state["domain"], state["tally"]
+
     def to_table(self) -> pa.Table:
-        clients, samples, splits = [], [], []
-        for c in range(self.num_clients):
-            for split, idx in (("train", self.train[c]), ("test", self.test[c])):
-                clients.append(np.full(len(idx), c, dtype=np.int32))
-                samples.append(idx.astype(np.int64))
-                splits += [split] * len(idx)
-        client = np.concatenate(clients) if clients else np.zeros(0, np.int32)
-        return pa.table({
-            "client": client,
-            "sample": np.concatenate(samples) if samples else np.zeros(0, np.int64),
-            "split": pa.array(splits, pa.string()),
-            "domain": self.domain[client].astype(np.int16),
-        })
+        sample, sizes = self._segments()
+        client = np.repeat(np.arange(self.num_clients, dtype=np.int32), sizes.sum(axis=1))
+        is_test = np.repeat(np.tile(np.array([0, 1], np.int8), self.num_clients), sizes.ravel())
+        split = pa.DictionaryArray.from_arrays(pa.array(is_test), pa.array(["train", "test"])).cast(pa.string())
+        table = pa.table({"client": client, "sample": sample, "split": split,
+                          "domain": self.domain[client].astype(np.int16)})
+        if self.tally is not None:
+            table = table.replace_schema_metadata({"draws": str(self.tally.draws), "moved": str(self.tally.moved)})
+        return table
 
     @classmethod
     def from_table(cls, table: pa.Table, num_clients: int) -> Partition:
-        client = table["client"].to_numpy()
-        sample = table["sample"].to_numpy()
-        split = np.asarray(table["split"].to_pylist())
+        client = table["client"].to_numpy().astype(np.int64)
+        is_test = pc.equal(table["split"], "test").to_numpy(zero_copy_only=False)
         domain = np.zeros(num_clients, dtype=np.int64)
         domain[client] = table["domain"].to_numpy()
-        train = [np.sort(sample[(client == c) & (split == "train")]) for c in range(num_clients)]
-        test = [np.sort(sample[(client == c) & (split == "test")]) for c in range(num_clients)]
-        return cls(train, test, domain)
+        parts = group_by(2 * client + is_test, table["sample"].to_numpy(), 2 * num_clients)  # train 2c, test 2c + 1
+        meta = table.schema.metadata or {}
+        tally = Tally(int(meta[b"draws"]), int(meta[b"moved"])) if b"draws" in meta else None
+        return cls(parts[0::2], parts[1::2], domain, tally)
 
     def content_hash(self) -> str:
-        h = hashlib.sha256()
-        for c in range(self.num_clients):
-            for part in (self.train[c], self.test[c], self.domain[c:c + 1]):
-                h.update(np.ascontiguousarray(part, dtype=np.int64).tobytes())
-                h.update(b"|")
-        return h.hexdigest()[:16]
+        """sha256 of each client's train, test and domain as int64 bytes, each followed by b"|" (in one pass)."""
+        flat, sizes = self._segments()
+        values = np.insert(flat, np.cumsum(sizes.sum(axis=1)), np.asarray(self.domain, dtype=np.int64))
+        segment_sizes = np.concatenate([sizes, np.ones((len(sizes), 1), np.int64)], axis=1).ravel()
+        stream = np.insert(values.view(np.uint8), 8 * np.cumsum(segment_sizes), ord("|"))
+        return hashlib.sha256(stream.tobytes()).hexdigest()[:16]
 
     def class_histogram(self, y: np.ndarray, num_classes: int) -> np.ndarray:
         """(clients, classes) counts of each client's training samples."""
-        return np.stack([np.bincount(y[idx], minlength=num_classes) for idx in self.train]) if self.train else np.zeros((0, num_classes))
+        sizes = np.array([len(idx) for idx in self.train], dtype=np.int64)
+        flat = np.concatenate(self.train).astype(np.int64) if self.train else np.zeros(0, np.int64)
+        cells = np.repeat(np.arange(len(sizes)), sizes) * num_classes + y[flat]
+        return np.bincount(cells, minlength=len(sizes) * num_classes).reshape(len(sizes), num_classes)
+
+
+def group_by(keys: np.ndarray, values: np.ndarray, num_groups: int) -> list[np.ndarray]:
+    """values[keys == g], sorted, for every g in 0..num_groups−1 (values ≥ 0): one sort, not a mask per group."""
+    width = int(values.max()) + 1 if len(values) else 1
+    ordered = np.sort(keys.astype(np.int64) * width + values) % width
+    return cut(ordered, np.bincount(keys, minlength=num_groups)[:num_groups])
+
+
+def cut(flat: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """`flat` cut into consecutive pieces of these sizes (views; np.split is slow for 100,000s of pieces)."""
+    ends = np.cumsum(sizes).tolist()
+    return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
 # ------------------------------------------------------------------------------------- label splits
@@ -83,7 +128,9 @@ def split_iid(n_idx: np.ndarray, num_clients: int, rng: np.random.Generator) -> 
 
 
 def split_dirichlet(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: float, min_size: int, cap: bool,
-                    rng: np.random.Generator, max_tries: int = 1000, min_classes: int = 1) -> list[np.ndarray]:
+                    rng: np.random.Generator, max_tries: int = 1000, min_classes: int = 1, repair: bool = False,
+                    tally: Tally | None = None) -> list[np.ndarray]:
+    tally = tally if tally is not None else Tally()
     labels = y[idx]
     classes = np.unique(labels)
     if min_size * num_clients > len(idx):
@@ -91,23 +138,87 @@ def split_dirichlet(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: flo
             f"data.partition.min_size = {min_size}: {num_clients} clients × {min_size} exceeds the {len(idx)} samples"
         )
     for _ in range(max_tries):
-        parts: list[list[int]] = [[] for _ in range(num_clients)]
-        for k in classes:
-            members = rng.permutation(idx[labels == k])
-            p = rng.dirichlet(np.full(num_clients, alpha))
-            if cap:
-                p = p * np.array([len(part) < len(idx) / num_clients for part in parts])
-                p = p / p.sum() if p.sum() > 0 else np.full(num_clients, 1.0 / num_clients)
-            cuts = (np.cumsum(p) * len(members)).astype(int)[:-1]
-            for part, chunk in zip(parts, np.split(members, cuts)):
-                part.extend(chunk.tolist())
-        if min(len(part) for part in parts) >= min_size and min(
-                len(np.unique(y[part])) for part in parts) >= min_classes:
-            return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
-    raise PartitionError(
-        f"data.partition: no Dirichlet split with α = {alpha} gave every client ≥ {min_size} samples and "
-        f"≥ {min_classes} classes in {max_tries} draws; lower min_size / min_classes or raise alpha"
-    )
+        tally.draws += 1
+        samples, owner, class_counts = dirichlet_draw(idx, labels, classes, num_clients, alpha, cap, rng)
+        sizes = np.bincount(owner, minlength=num_clients)
+        if sizes.min() >= min_size and class_counts.min() >= min_classes:
+            return group_by(owner, samples, num_clients)
+    if not repair:
+        raise PartitionError(
+            f"data.partition: no Dirichlet split with α = {alpha} gave every client ≥ {min_size} samples and "
+            f"≥ {min_classes} classes in {max_tries} draws; lower min_size / min_classes, raise alpha, or set "
+            f"data.partition.repair: true"
+        )
+    target = max(min_size, 1)  # a client without samples has no class, and min_classes ≥ 1
+    if target * num_clients > len(idx):
+        raise PartitionError(f"data.partition.repair: {num_clients} clients cannot each get a sample of the {len(idx)}")
+    tally.moved += repair_sizes(owner, sizes, target, rng)
+    if classes_per_client(owner, y[samples], num_clients).min() < min_classes:
+        raise PartitionError(
+            f"data.partition.repair: moving samples gave every client ≥ {min_size} samples but not ≥ {min_classes} "
+            f"classes (the repair tops up sizes only); lower min_classes or raise alpha"
+        )
+    return group_by(owner, samples, num_clients)
+
+
+def dirichlet_draw(idx: np.ndarray, labels: np.ndarray, classes: np.ndarray, num_clients: int, alpha: float,
+                   cap: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One draw: each class's samples, shuffled, cut into one chunk per client by p ~ Dir_N(α).
+    Returns (samples, the client each goes to, the number of classes each client got)."""
+    sizes = np.zeros(num_clients, dtype=np.int64)
+    class_counts = np.zeros(num_clients, dtype=np.int64)
+    samples, owners = [], []
+    for k in classes:
+        members = rng.permutation(idx[labels == k])
+        p = rng.dirichlet(np.full(num_clients, alpha))
+        if cap:
+            p = p * (sizes < len(idx) / num_clients)
+            p = p / p.sum() if p.sum() > 0 else np.full(num_clients, 1.0 / num_clients)
+        cuts = np.minimum((np.cumsum(p) * len(members)).astype(int)[:-1], len(members))
+        chunk = np.diff(np.concatenate([[0], cuts, [len(members)]]))
+        sizes += chunk
+        class_counts += chunk > 0
+        samples.append(members)
+        owners.append(np.repeat(np.arange(num_clients), chunk))
+    return np.concatenate(samples), np.concatenate(owners), class_counts
+
+
+def classes_per_client(owner: np.ndarray, labels: np.ndarray, num_clients: int) -> np.ndarray:
+    width = int(labels.max()) + 1 if len(labels) else 1
+    pairs = np.unique(owner.astype(np.int64) * width + labels)
+    return np.bincount(pairs // width, minlength=num_clients)
+
+
+def repair_sizes(owner: np.ndarray, sizes: np.ndarray, min_size: int, rng: np.random.Generator) -> int:
+    """Give every client ≥ min_size samples by moving samples (in place in `owner`) from the largest clients,
+    lowered towards a common level that stays ≥ min_size. Which samples leave a donor and which recipient
+    each joins are drawn from `rng`. Returns how many moved."""
+    need = np.maximum(min_size - sizes, 0)
+    if need.sum() == 0:
+        return 0
+    give = donations(sizes, int(need.sum()))
+    shuffled = np.argsort(owner * len(owner) + rng.permutation(len(owner)))  # grouped by client, random within
+    rank = np.empty(len(owner), dtype=np.int64)
+    rank[shuffled] = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    leaving = rng.permutation(np.flatnonzero(rank < give[owner]))
+    owner[leaving] = np.repeat(np.arange(len(sizes)), need)
+    return int(need.sum())
+
+
+def donations(sizes: np.ndarray, total: int) -> np.ndarray:
+    """How many samples each client gives so that `total` leave the largest ones: every client above a level L
+    drops to L (to L + 1 for the lowest-numbered ones where that gives more than `total`)."""
+    def above(level: int) -> int:
+        return int(np.maximum(sizes - level, 0).sum())
+
+    lo, hi = 0, int(sizes.max())  # above(lo) ≥ total > above(hi): find the highest level that still gives enough
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if above(mid) >= total else (lo, mid)
+    give = np.maximum(sizes - lo, 0)
+    excess = int(give.sum()) - total
+    give[np.flatnonzero(sizes > lo)[:excess]] -= 1
+    return give
 
 
 def split_dirichlet_equal(idx: np.ndarray, y: np.ndarray, num_clients: int, alpha: float,
@@ -137,27 +248,29 @@ def split_shards(idx: np.ndarray, y: np.ndarray, num_clients: int, classes_per_c
     return [np.sort(np.concatenate([shards[s] for s in row])) for row in assignment]
 
 
-def split_labels(idx: np.ndarray, y: np.ndarray, num_clients: int, cfg, rng: np.random.Generator) -> list[np.ndarray]:
+def split_labels(idx: np.ndarray, y: np.ndarray, num_clients: int, cfg, rng: np.random.Generator,
+                 tally: Tally) -> list[np.ndarray]:
     if cfg.kind == "iid":
         return split_iid(idx, num_clients, rng)
     if cfg.kind == "dirichlet":
-        return split_dirichlet(idx, y, num_clients, cfg.alpha, cfg.min_size, cfg.cap, rng,
-                               min_classes=cfg.min_classes)
+        return split_dirichlet(idx, y, num_clients, cfg.alpha, cfg.min_size, cfg.cap, rng, max_tries=cfg.max_draws,
+                               min_classes=cfg.min_classes, repair=cfg.repair, tally=tally)
     if cfg.kind == "dirichlet_equal":
         return split_dirichlet_equal(idx, y, num_clients, cfg.alpha, rng)
     return split_shards(idx, y, num_clients, cfg.classes_per_client, rng)
 
 
 # ------------------------------------------------------------------------------------------ domains
-def assign_domains(y: np.ndarray, num_clients: int, data_cfg, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
+def assign_domains(y: np.ndarray, num_clients: int, data_cfg, rng: np.random.Generator,
+                   tally: Tally) -> tuple[list[np.ndarray], np.ndarray]:
     """Client training indices and domains, for the configured domain scheme."""
     all_idx = np.arange(len(y))
     dom = data_cfg.domains
     if dom.kind == "none":
-        return split_labels(all_idx, y, num_clients, data_cfg.partition, rng), np.zeros(num_clients, dtype=np.int64)
+        return split_labels(all_idx, y, num_clients, data_cfg.partition, rng, tally), np.zeros(num_clients, dtype=np.int64)
     n_dom = len(dom.angles)
     if dom.assign == "per_client":
-        parts = split_labels(all_idx, y, num_clients, data_cfg.partition, rng)
+        parts = split_labels(all_idx, y, num_clients, data_cfg.partition, rng, tally)
         return parts, np.arange(num_clients) % n_dom
     if num_clients % n_dom:
         raise PartitionError(
@@ -166,20 +279,22 @@ def assign_domains(y: np.ndarray, num_clients: int, data_cfg, rng: np.random.Gen
     per_domain = num_clients // n_dom
     parts: list[np.ndarray] = []
     for chunk in np.array_split(rng.permutation(all_idx), n_dom):
-        parts += split_labels(np.sort(chunk), y, per_domain, data_cfg.partition, rng)
+        parts += split_labels(np.sort(chunk), y, per_domain, data_cfg.partition, rng, tally)
     return parts, np.repeat(np.arange(n_dom), per_domain)
 
 
 def make_partition(y_train: np.ndarray, data_cfg, seed: int) -> Partition:
     rng = np.random.default_rng(seed)
-    parts, domain = assign_domains(y_train, data_cfg.num_clients, data_cfg, rng)
-    train, test = [], []
-    for part in parts:
-        shuffled = rng.permutation(part)
-        n_test = int(round(len(part) * data_cfg.client_test_fraction))
-        test.append(np.sort(shuffled[:n_test]))
-        train.append(np.sort(shuffled[n_test:]))
-    return Partition(train, test, domain)
+    tally = Tally()
+    parts, domain = assign_domains(y_train, data_cfg.num_clients, data_cfg, rng, tally)
+    sizes = np.array([len(part) for part in parts], dtype=np.int64)
+    shuffled = np.concatenate([rng.permutation(part) for part in parts]).astype(np.int64)
+    # a client's first round(|part| · fraction) samples in its shuffled order are its test split
+    n_test = np.array([int(round(n * data_cfg.client_test_fraction)) for n in sizes.tolist()], dtype=np.int64)
+    client = np.repeat(np.arange(len(parts)), sizes)
+    is_train = (np.arange(len(shuffled)) - np.repeat(np.cumsum(sizes) - sizes, sizes)) >= np.repeat(n_test, sizes)
+    grouped = group_by(2 * client + is_train, shuffled, 2 * len(parts))  # client c: test at 2c, train at 2c + 1
+    return Partition(grouped[1::2], grouped[0::2], domain, tally)
 
 
 def rotate_images(x: np.ndarray, angle: float) -> np.ndarray:

@@ -68,14 +68,26 @@ def init_ray(**kwargs) -> None:
     os.environ.setdefault("RAY_worker_niceness", "0")
     address = kwargs.get("address") or os.environ.get("RAY_ADDRESS")
     if address is None:
-        # A local instance that this call starts: Ray enables token authentication for it anyway, and says so
-        # in a warning on every command unless the mode is set explicitly (which also silences it).
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        token_auth_for_a_new_instance()
     if address is None or is_loopback(address):
         with loopback_only():
             ray.init(**kwargs)
     else:
         ray.init(**kwargs)
+
+
+def token_auth_for_a_new_instance() -> None:
+    """Ray enables token authentication for a local instance it starts (creating ~/.ray/auth_token) and says
+    so in a warning on every command unless RAY_AUTH_MODE is set. Setting the variable alone is not enough:
+    Ray read its configuration at import, so this process would skip making the token that the instance's
+    servers then demand. Ray's own switch sets both; on a Ray without it, its default (and warning) stay."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:
+        return
+    _enable_token_auth()
 
 
 def is_loopback(address: str) -> bool:

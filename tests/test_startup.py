@@ -64,14 +64,18 @@ def ray_processes_of(tmpdir: str) -> list[psutil.Process]:
 def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, workdir):
     ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))  # short: Ray's socket paths under it must fit in 107 bytes
     out_json = tmp_path / "out.json"
-    env = {**os.environ, "TMPDIR": str(ray_tmp), "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
+    home = tmp_path / "home"  # a new user's: no ~/.ray/auth_token, no RAY_AUTH_MODE
+    env = {**os.environ, "TMPDIR": str(ray_tmp), "HOME": str(home)}
+    for variable in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(variable, None)
     args = ["run", "configs/default.yaml", "--quiet", "--output-json", str(out_json),
             *(f"--set={o}" for o in FAST + workdir + ["tracking.enabled=false"])]
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
                           timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     assert "3 rounds in" in done.stdout and out_json.exists()
+    assert (home / ".ray" / "auth_token").exists()  # Ray's token authentication, on and silent
+    assert "Token authentication is enabled" not in done.stderr
     deadline = time.monotonic() + 60  # the kernel kills Ray's processes with the driver; workers follow their raylet
     while ray_processes_of(str(ray_tmp)) and time.monotonic() < deadline:
         time.sleep(0.5)

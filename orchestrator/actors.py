@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from orchestrator import checkpoint as ckpt
+from orchestrator.client_store import ClientStateStore, states_dir
 from orchestrator.federation import (
     PARTIAL_SUMS,
     SUMMED,
@@ -35,7 +36,7 @@ class ClientActor:
     The data is not a constructor argument: Ray restarts a crashed actor by running its constructor again, and
     cannot promise that an object-store argument is still there (ray-project/ray#53727; it warns about every
     such actor). So a (re)started actor answers `ping` with False until the coordinator loads it, and `load`
-    also brings back its clients' state from the run's latest checkpoint (if any)."""
+    also finds its clients' states in the run directory (orchestrator/client_store.py)."""
 
     def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
         import torch
@@ -47,11 +48,12 @@ class ClientActor:
         self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
         self.host: ClientHost | None = None
 
-    def load(self, data_box: list) -> None:
-        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive."""
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        states = ckpt.load_client_states(latest, self.client_ids) if latest else {}
-        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, states, device=self.device)
+    def load(self, data_box: list, rounds_done: int) -> None:
+        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
+        the run is at (states written after it are from a run that went further, and are dropped)."""
+        store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
+                                 upto=rounds_done)
+        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
 
     def call_many(self, method: str, payload, cids: list[int],
                   round_idx: int) -> tuple[dict[int, Any], dict[int, str], float] | None:
@@ -179,7 +181,7 @@ class CoordinatorActor:
         for actor, ping in zip(self.actors, pings):
             try:
                 if not ray.get(ping, timeout=0):
-                    loads.append(actor.load.remote(self.data_box))
+                    loads.append(actor.load.remote(self.data_box, self.server.round))
             except (RayActorError, GetTimeoutError):
                 pass  # not up yet, or died: `_await_ready` below waits for it
         for load in loads:
@@ -240,7 +242,7 @@ class CoordinatorActor:
         while time.monotonic() < deadline:
             try:
                 if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
-                    ray.get(actor.load.remote(self.data_box), timeout=max(1.0, deadline - time.monotonic()))
+                    ray.get(actor.load.remote(self.data_box, self.server.round), timeout=max(1.0, deadline - time.monotonic()))
                     self._loaded(actor_idx)
                 return True
             except (RayActorError, GetTimeoutError):

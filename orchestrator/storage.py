@@ -82,6 +82,19 @@ def torch_load_safe(data: bytes):
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+def delete_file(uri: str) -> None:
+    """Delete a file (nothing if it is not there)."""
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type != _pafs().FileType.NotFound:
+        fs.delete_file(path)
+
+
+def sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def remove_tree(uri: str) -> None:
     """Delete a directory and everything under it (nothing if it is not there)."""
     fs, path = resolve(uri)

@@ -218,6 +218,9 @@ class EvalConfig(Strict):
     diagnostics: bool = Field(False, description="log the cross-method diagnostics every round "
                               "(feature distance, classifier-update cosine, classifier movement: tasks/algorithms/diagnostics.py)")
     probe_per_class: int = Field(10, ge=1, description="probe images per class and test set for the feature distance")
+    personalized_clients: int | None = Field(
+        None, ge=1, description="personalized methods: evaluate the own models of this many clients, a sample drawn "
+        "from the seed alone (the same for every method of a seed); null: every client")
 
 
 class ResourcesConfig(Strict):
@@ -313,6 +316,10 @@ class ExperimentConfig(Strict):
         if k is not None and k > self.data.num_clients:
             raise NestedFieldError("train.clients_per_round", k,
                                    f"more clients per round than data.num_clients = {self.data.num_clients}")
+        k = self.eval.personalized_clients
+        if k is not None and k > self.data.num_clients:
+            raise NestedFieldError("eval.personalized_clients", k,
+                                   f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         return self
 
     @property

@@ -26,6 +26,7 @@ from tasks.algorithms.engines import ClientRound, choose_engine, train_vectorize
 from tasks.data.federated import FederatedData
 
 SAMPLING_STREAM = 0x5A3
+EVAL_STREAM = 0xE7A
 SETUP_STREAM = 0x5E7
 
 
@@ -347,6 +348,15 @@ def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) 
     return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
 
 
+def personalized_eval_clients(seed: int, num_clients: int, sample: int | None) -> list[int]:
+    """The clients whose own models are evaluated (eval.personalized_clients): all, or a sample drawn from the run
+    seed alone, never the method, so every method of a seed is evaluated on the same clients (paired)."""
+    if sample is None or sample >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, EVAL_STREAM))
+    return sorted(int(c) for c in rng.choice(num_clients, sample, replace=False))
+
+
 # call(method, payload, client_ids, round) -> ({client: result}, failed clients): runs a ClientHost method
 # ("pre_round", "update", "evaluate") for each client, in this process or on the client actors.
 CallClients = Callable[[str, Any, list[int], int], tuple[dict[int, Any], list[int]]]
@@ -371,6 +381,7 @@ class Server:
         self.test_sets = {k: xy for k, xy in data.test_sets().items() if len(xy[1])}  # none with test_fraction 0
         self.probe = probe_inputs(self.test_sets, cfg.eval.probe_per_class) if cfg.eval.diagnostics else None
         self.num_clients = data.num_clients
+        self.eval_clients = personalized_eval_clients(cfg.seed, data.num_clients, cfg.eval.personalized_clients)
         self.round = 0
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
@@ -464,14 +475,15 @@ class Server:
                 out.update({f"accuracy_{k}": v for k, v in accs.items()})
         if self.algorithm.personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
-            per_client, _ = call("evaluate", payload, list(range(self.num_clients)), self.round)
+            per_client, _ = call("evaluate", payload, self.eval_clients, self.round)
             out.update(personalized_summary(per_client))
         return out
 
 
 def personalized_summary(per_client: dict[int, dict[str, tuple[float, float]]]) -> dict[str, float]:
-    """Sample-weighted accuracy per metric, plus its mean and spread across clients (fairness)."""
-    out: dict[str, float] = {}
+    """Sample-weighted accuracy per metric, plus its mean and spread across the clients evaluated (fairness),
+    and how many clients that was."""
+    out: dict[str, float] = {"personalized_clients": len(per_client)}
     metrics = sorted({k for res in per_client.values() for k in res})
     for key in metrics:
         pairs = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]

@@ -68,8 +68,11 @@ class ClientActor:
             results = sum_updates(results)
         return results, errors, time.perf_counter() - start
 
-    def client_states(self) -> dict[int, Any]:
-        return self.host.client_states()
+    def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+        """What a checkpoint of round `until` records of this actor's clients (the state files written since the
+        checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
+        self.host.states.prune(keep, until)
+        return self.host.states.changed(since, until)
 
     def evaluate_global(self, state, batch_size: int) -> dict[str, float] | None | bool:
         """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
@@ -146,6 +149,7 @@ class CoordinatorActor:
         self.server = Server(self.cfg, data)
         if snapshot is not None:
             self.server.restore(snapshot)
+        self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
         self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, self.cfg.train)
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()
@@ -285,12 +289,19 @@ class CoordinatorActor:
         return self.server.round
 
     def checkpoint(self) -> str:
+        """The server's snapshot and the client state files written since the previous checkpoint (the client
+        states themselves are in the run directory already: orchestrator/client_store.py)."""
         for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
             self._await_ready(idx)
-        states: dict[int, Any] = {}
-        for group_states in ray.get([a.client_states.remote() for a in self.actors]):
-            states.update(group_states)
-        return ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), states)
+        until = self.server.round
+        since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
+        keep = sorted(set(ckpt.checkpoint_rounds(self.run_dir)) | {until})
+        changed: dict[int, dict[str, Any]] = {}
+        for part in ray.get([a.checkpoint_states.remote(since, until, keep) for a in self.actors]):
+            changed.update(part)
+        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
+        self.last_checkpoint = until
+        return written
 
     def final_state(self) -> dict[str, Any]:
         return self.server.state

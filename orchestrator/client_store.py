@@ -85,7 +85,7 @@ class ClientStateStore:
         if self.directory is not None:
             data = storage.torch_bytes(state)
             storage.write_bytes_atomic(self.path(cid, rounds), data)
-            self.entries[(cid, rounds)] = {"size": len(data), "sha256": storage.sha256(data)}
+            self.entries[(cid, rounds)] = storage.digest(data)
             versions = self.versions.setdefault(cid, [])
             if rounds not in versions:
                 bisect.insort(versions, rounds)
@@ -107,6 +107,38 @@ class ClientStateStore:
             return versions[idx - 1]
         cached = self.cache.get(cid)
         return FRESH if cached is not None and cached[0] == FRESH else None
+
+    # ------------------------------------------------------------------ checkpoints
+    def changed(self, since: int | None, until: int) -> dict[int, dict[str, Any]]:
+        """{client: {"round", "size", "sha256"}} of each client whose state after `until` rounds was written
+        after round `since` (None: at all): what a checkpoint of round `until` records, the previous one being
+        of round `since`."""
+        out: dict[int, dict[str, Any]] = {}
+        for cid in sorted(self.versions):
+            version = self.version(cid, until)
+            if version is not None and version >= 0 and (since is None or version > since):
+                out[cid] = {"round": version, **self._entry(cid, version)}
+        return out
+
+    def prune(self, keep: list[int], until: int) -> int:
+        """Delete the versions nothing reads any more: kept are, for each client, its newest version up to each
+        round in `keep` (the checkpoints') and up to `until` (the round the run is at), and any after `until`.
+        Returns how many files were deleted."""
+        deleted = 0
+        for cid, versions in self.versions.items():
+            needed = {self.version(cid, r) for r in [*keep, until]} | {v for v in versions if v > until}
+            for version in [v for v in versions if v not in needed]:
+                storage.delete_file(self.path(cid, version))
+                self.entries.pop((cid, version), None)
+                versions.remove(version)
+                deleted += 1
+        return deleted
+
+    def _entry(self, cid: int, version: int) -> dict[str, Any]:
+        """Size and sha256 of a version: as written, or read back (a restarted actor did not write it)."""
+        if (cid, version) not in self.entries:
+            self.entries[(cid, version)] = storage.digest(storage.read_bytes(self.path(cid, version)))
+        return self.entries[(cid, version)]
 
     def _keep(self, cid: int, version: int, state: Any) -> None:
         self.cache[cid] = (version, state)

@@ -36,6 +36,10 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if "://" in base else str(Path(base, *parts))
 
 
+def parent(uri: str) -> str:
+    return posixpath.dirname(uri.rstrip("/")) if "://" in uri else str(Path(uri).parent)
+
+
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)
     return fs.get_file_info(path).type != _pafs().FileType.NotFound
@@ -89,10 +93,11 @@ def delete_file(uri: str) -> None:
         fs.delete_file(path)
 
 
-def sha256(data: bytes) -> str:
+def digest(data: bytes) -> dict[str, int | str]:
+    """What a manifest records of a file: its size and sha256."""
     import hashlib
 
-    return hashlib.sha256(data).hexdigest()
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def remove_tree(uri: str) -> None:

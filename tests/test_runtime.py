@@ -41,14 +41,33 @@ def test_same_history_whatever_the_number_of_actors_and_in_process(ray_session, 
 
 
 def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
+    """Local, 2 of 6 clients a round, one state in memory per actor: each checkpoint names only the state files
+    of the clients trained since the previous one, and the resumed run reads them back."""
+    from orchestrator import checkpoint as ckpt
+    from orchestrator.federation import sample_clients
+
     cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=local", "resources.num_actors=2",
-                                                                 "resources.resident_clients=1"])
+                                                                 "resources.resident_clients=1",
+                                                                 "train.clients_per_round=2"])
     full = run_experiment(cfg, progress=False)
     stopped = run_experiment(cfg, progress=False, stop_after=2)
     assert stopped.rounds == 2
     assert saved_devices(f"{stopped.run_dir}/checkpoints/round-000002") == {"cpu"}
     resumed = run_experiment(cfg, progress=False, resume_dir=stopped.run_dir)
     assert resumed.history == full.history  # Local's per-client models came back from the run directory
+
+    def trained(rounds):  # {client: the last of `rounds` (1-based) it trained in}
+        return {c: t + 1 for t in rounds for c in sample_clients(cfg.seed, t, 6, 2)}
+
+    for round_idx, previous, rounds in ((2, None, range(0, 2)), (4, 2, range(2, 4))):
+        manifest = json.load(open(f"{stopped.run_dir}/checkpoints/{ckpt.checkpoint_name(round_idx)}/manifest.json"))
+        assert manifest["previous"] == previous
+        assert {int(c): e["round"] for c, e in manifest["client_states"].items()} == trained(rounds)
+    assert trained(range(2, 4)) != trained(range(0, 4))  # some client's state at round 4 is in round 2's entry
+    on_disk = sorted(os.listdir(f"{stopped.run_dir}/client_states"))
+    assert on_disk == sorted({f"c{c}.r{r:06d}.pt" for c, r in trained(range(0, 2)).items()}
+                             | {f"c{c}.r{r:06d}.pt" for c, r in trained(range(0, 4)).items()})  # the rest pruned
+    assert set(ckpt.client_state_files(f"{stopped.run_dir}/checkpoints/round-000004")) == set(trained(range(4)))
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=cfg.tracking.uri)

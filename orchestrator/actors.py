@@ -52,7 +52,7 @@ class ClientActor:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
         the run is at (states written after it are from a run that went further, and are dropped)."""
         store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
-                                 upto=rounds_done)
+                                 upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
         self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
 
     def call_many(self, method: str, payload, cids: list[int],

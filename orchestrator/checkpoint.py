@@ -110,6 +110,9 @@ def read_manifest(checkpoint: str) -> dict[str, Any]:
         raise CheckpointError(f"{manifest_path}: missing (the checkpoint is incomplete or predates manifests)")
     try:
         manifest = json.loads(storage.read_bytes(manifest_path))
+        if "clients.pt" in manifest.get("files", {}):
+            raise CheckpointError(f"{manifest_path}: a checkpoint of an earlier format (every client state copied "
+                                  "into clients.pt), which this version does not resume")
         manifest["files"] = {name: manifest["files"][name] for name in FILES}
         manifest["round"] = int(manifest["round"])
         previous = manifest["previous"]

@@ -11,7 +11,8 @@ actor needs does not grow with its number of clients. The versions are what make
   (orchestrator/checkpoint.py): resuming from any kept checkpoint, the newest version up to its round is the
   state it recorded, and versions written after it (by a run that went on, or was killed) are deleted when the
   clients are loaded;
-- `prune` deletes only versions that no checkpoint stands on and the run no longer reads.
+- a client's older versions are deleted as it writes new ones, and at checkpoints, unless a checkpoint stands on
+  them or the round in progress read them.
 
 Without a directory (a run in one process with no run directory) the states just stay in memory.
 A client that has never trained has no state here: its host starts it from `init_client`.
@@ -45,8 +46,9 @@ class ClientStateStore:
     lists that directory once for `client_ids` and deletes their versions after `upto` rounds (see above)."""
 
     def __init__(self, directory: str | None = None, resident: int | None = None,
-                 client_ids: list[int] | None = None, upto: int | None = None):
+                 client_ids: list[int] | None = None, upto: int | None = None, keep: list[int] | None = None):
         self.directory = directory
+        self.keep = list(keep or [])  # the rounds of the run's checkpoints: the versions they name stay
         self.resident = resident if directory is not None else None
         self.cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # client -> (version, state), LRU order
         self.versions: dict[int, list[int]] = {}  # client -> the versions on disk, ascending
@@ -89,6 +91,7 @@ class ClientStateStore:
             versions = self.versions.setdefault(cid, [])
             if rounds not in versions:
                 bisect.insort(versions, rounds)
+            self._prune_client(cid, rounds - 1)  # the version this round started from stays until it ends
         self._keep(cid, rounds, state)
 
     def keep_fresh(self, cid: int, state: Any) -> None:
@@ -121,18 +124,23 @@ class ClientStateStore:
         return out
 
     def prune(self, keep: list[int], until: int) -> int:
-        """Delete the versions nothing reads any more: kept are, for each client, its newest version up to each
-        round in `keep` (the checkpoints') and up to `until` (the round the run is at), and any after `until`.
+        """With `keep` the rounds of the run's checkpoints now, delete every version nothing reads any more.
         Returns how many files were deleted."""
-        deleted = 0
-        for cid, versions in self.versions.items():
-            needed = {self.version(cid, r) for r in [*keep, until]} | {v for v in versions if v > until}
-            for version in [v for v in versions if v not in needed]:
-                storage.delete_file(self.path(cid, version))
-                self.entries.pop((cid, version), None)
-                versions.remove(version)
-                deleted += 1
-        return deleted
+        self.keep = list(keep)
+        return sum(self._prune_client(cid, until) for cid in list(self.versions))
+
+    def _prune_client(self, cid: int, until: int) -> int:
+        """Delete the client's versions but its newest up to each checkpoint's round and up to `until` (the
+        round the run is at), and those after `until`; so a client has at most two files besides those its
+        checkpoints name, whatever the checkpoint interval."""
+        versions = self.versions[cid]
+        needed = {self.version(cid, r) for r in [*self.keep, until]} | {v for v in versions if v > until}
+        stale = [v for v in versions if v not in needed]
+        for version in stale:
+            storage.delete_file(self.path(cid, version))
+            self.entries.pop((cid, version), None)
+            versions.remove(version)
+        return len(stale)
 
     def _entry(self, cid: int, version: int) -> dict[str, Any]:
         """Size and sha256 of a version: as written, or read back (a restarted actor did not write it)."""

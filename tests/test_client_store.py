@@ -50,8 +50,29 @@ def test_loading_drops_the_versions_written_after_the_round_the_run_is_at(tmp_pa
     # a restarted actor of clients {0}, resuming after round 2: client 0's round-3 state never happened now
     again = ClientStateStore(str(tmp_path), resident=1, client_ids=[0], upto=2)
     assert again.get(0)["margin"] == 2.0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c0.r000001.pt", "c0.r000002.pt", "c1.r000001.pt",
-                                                          "c1.r000002.pt", "c1.r000003.pt"]  # client 1: not its own
+    assert files(tmp_path) == ["c0.r000002.pt", "c1.r000002.pt", "c1.r000003.pt"]  # client 1: not its own
+
+
+def test_old_versions_go_unless_a_checkpoint_names_them(tmp_path):
+    store = ClientStateStore(str(tmp_path), resident=1, keep=[2])
+    for rounds in range(1, 6):
+        store.put(0, state(rounds), rounds)
+    # kept: the checkpoint of round 2's, the one round 5 started from (a retried round 5 reads it), the newest
+    assert files(tmp_path) == ["c0.r000002.pt", "c0.r000004.pt", "c0.r000005.pt"]
+    assert store.changed(since=2, until=5) == {0: {"round": 5, **digest(tmp_path / "c0.r000005.pt")}}
+    assert store.changed(since=2, until=2) == {} and list(store.changed(None, 2)) == [0]
+    assert store.prune(keep=[2, 5], until=5) == 1  # round 4's: no checkpoint names it, no round reads it
+    assert files(tmp_path) == ["c0.r000002.pt", "c0.r000005.pt"]
+
+
+def files(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def digest(path) -> dict:
+    from orchestrator.storage import digest
+
+    return digest(path.read_bytes())
 
 
 def test_every_method_with_client_state_is_stateful():

@@ -32,8 +32,9 @@ def test_a_bounded_store_keeps_few_in_memory_and_reads_the_rest_back(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"c{c}.r000001.pt" for c in range(5)]
 
 
-def test_a_round_reads_the_newest_version_up_to_the_rounds_done(tmp_path):
-    store = ClientStateStore(str(tmp_path), resident=1)
+@pytest.mark.parametrize("uri", [False, True])
+def test_a_round_reads_the_newest_version_up_to_the_rounds_done(tmp_path, uri):
+    store = ClientStateStore(f"file://{tmp_path}" if uri else str(tmp_path), resident=1)  # a pyarrow.fs URI too
     store.put(0, state(1.0), 1)
     store.put(0, state(3.0), 3)
     store.put(1, state(9.0), 1)  # evicts client 0
@@ -79,13 +80,13 @@ def test_every_method_with_client_state_is_stateful():
     assert {"local", "moon", "fednh", "fedsa", "fedproto", "feddebias", "local_pm", "fedavg_pm"} <= set(STATEFUL)
 
 
-@pytest.mark.parametrize("name", STATEFUL)
-def test_one_resident_state_gives_the_history_of_all_in_memory(tmp_path, name):
-    cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path / 'p'}", f"algorithm.name={name}"])
+@pytest.mark.parametrize("name, engine", [(name, "sequential") for name in STATEFUL] + [("local", "vectorized")])
+def test_one_resident_state_gives_the_history_of_all_in_memory(tmp_path, name, engine):
+    common = TINY + [f"data.partitions_dir={tmp_path / 'p'}", f"algorithm.name={name}", f"train.engine={engine}"]
+    cfg = load_config("configs/default.yaml", common)
     data = prepare_data(cfg)
     unbounded = run_in_process(cfg, data)
-    tiny = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path / 'p'}",
-                                                       f"algorithm.name={name}", "resources.resident_clients=1"])
+    tiny = load_config("configs/default.yaml", common + ["resources.resident_clients=1"])
     states = tmp_path / "states"
     assert run_in_process(tiny, data, states_dir=str(states)) == unbounded
     on_disk = {int(p.name.split(".")[0][1:]) for p in states.iterdir()}

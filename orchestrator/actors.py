@@ -246,7 +246,8 @@ class CoordinatorActor:
         while time.monotonic() < deadline:
             try:
                 if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
-                    ray.get(actor.load.remote(self.data_box, self.server.round), timeout=max(1.0, deadline - time.monotonic()))
+                    ray.get(actor.load.remote(self.data_box, self.server.round),
+                            timeout=max(1.0, deadline - time.monotonic()))
                     self._loaded(actor_idx)
                 return True
             except (RayActorError, GetTimeoutError):

@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from orchestrator import checkpoint as ckpt
+from orchestrator.client_store import ClientStateStore, states_dir
 from orchestrator.federation import (
     PARTIAL_SUMS,
     SUMMED,
@@ -35,7 +36,7 @@ class ClientActor:
     The data is not a constructor argument: Ray restarts a crashed actor by running its constructor again, and
     cannot promise that an object-store argument is still there (ray-project/ray#53727; it warns about every
     such actor). So a (re)started actor answers `ping` with False until the coordinator loads it, and `load`
-    also brings back its clients' state from the run's latest checkpoint (if any)."""
+    also finds its clients' states in the run directory (orchestrator/client_store.py)."""
 
     def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
         import torch
@@ -47,11 +48,12 @@ class ClientActor:
         self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
         self.host: ClientHost | None = None
 
-    def load(self, data_box: list) -> None:
-        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive."""
-        latest = ckpt.latest_checkpoint(self.run_dir)
-        states = ckpt.load_client_states(latest, self.client_ids) if latest else {}
-        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, states, device=self.device)
+    def load(self, data_box: list, rounds_done: int) -> None:
+        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
+        the run is at (states written after it are from a run that went further, and are dropped)."""
+        store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
+                                 upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
+        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
 
     def call_many(self, method: str, payload, cids: list[int],
                   round_idx: int) -> tuple[dict[int, Any], dict[int, str], float] | None:
@@ -66,8 +68,11 @@ class ClientActor:
             results = sum_updates(results)
         return results, errors, time.perf_counter() - start
 
-    def client_states(self) -> dict[int, Any]:
-        return self.host.client_states()
+    def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+        """What a checkpoint of round `until` records of this actor's clients (the state files written since the
+        checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
+        self.host.states.prune(keep, until)
+        return self.host.states.changed(since, until)
 
     def evaluate_global(self, state, batch_size: int) -> dict[str, float] | None | bool:
         """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
@@ -144,6 +149,7 @@ class CoordinatorActor:
         self.server = Server(self.cfg, data)
         if snapshot is not None:
             self.server.restore(snapshot)
+        self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
         self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, self.cfg.train)
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()
@@ -179,7 +185,7 @@ class CoordinatorActor:
         for actor, ping in zip(self.actors, pings):
             try:
                 if not ray.get(ping, timeout=0):
-                    loads.append(actor.load.remote(self.data_box))
+                    loads.append(actor.load.remote(self.data_box, self.server.round))
             except (RayActorError, GetTimeoutError):
                 pass  # not up yet, or died: `_await_ready` below waits for it
         for load in loads:
@@ -240,7 +246,8 @@ class CoordinatorActor:
         while time.monotonic() < deadline:
             try:
                 if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
-                    ray.get(actor.load.remote(self.data_box), timeout=max(1.0, deadline - time.monotonic()))
+                    ray.get(actor.load.remote(self.data_box, self.server.round),
+                            timeout=max(1.0, deadline - time.monotonic()))
                     self._loaded(actor_idx)
                 return True
             except (RayActorError, GetTimeoutError):
@@ -283,12 +290,19 @@ class CoordinatorActor:
         return self.server.round
 
     def checkpoint(self) -> str:
+        """The server's snapshot and the client state files written since the previous checkpoint (the client
+        states themselves are in the run directory already: orchestrator/client_store.py)."""
         for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
             self._await_ready(idx)
-        states: dict[int, Any] = {}
-        for group_states in ray.get([a.client_states.remote() for a in self.actors]):
-            states.update(group_states)
-        return ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), states)
+        until = self.server.round
+        since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
+        keep = sorted(set(ckpt.checkpoint_rounds(self.run_dir)) | {until})
+        changed: dict[int, dict[str, Any]] = {}
+        for part in ray.get([a.checkpoint_states.remote(since, until, keep) for a in self.actors]):
+            changed.update(part)
+        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
+        self.last_checkpoint = until
+        return written
 
     def final_state(self) -> dict[str, Any]:
         return self.server.state

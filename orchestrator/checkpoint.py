@@ -2,26 +2,33 @@
 
 Layout under a run directory:
     checkpoints/round-000010/server.pt       round, global state, history, byte counters
-    checkpoints/round-000010/clients.pt      {client id: persistent client state}
-    checkpoints/round-000010/manifest.json   round, and each file's size and sha256 (written after the files)
-    checkpoints/LATEST                       the name of the newest complete checkpoint (written last)
+    checkpoints/round-000010/manifest.json   round, server.pt's size and sha256, the previous checkpoint's
+                                             round, and the client states changed since it (written last)
+    checkpoints/LATEST                       the name of the newest complete checkpoint
+    client_states/c7.r000009.pt              client 7's state after round 9 (orchestrator/client_store.py)
+
+Client states are not copied into a checkpoint: they are already in the run directory, one immutable file
+per client and round it trained, written when that round ended. A checkpoint's manifest names, for each client
+that trained since the previous checkpoint, the file its state is at this round (with its size and sha256), so
+its size is proportional to the work since the previous one; the state of every client at this round is the
+newest entry along the chain of previous checkpoints. The client store keeps every file a checkpoint names.
 
 Client sampling and every client's randomness derive from (seed, round, client), so the round number is
-the whole RNG state. Before a resume, `checkpoint_to_resume` checks a checkpoint against its manifest and
-loads both files with `weights_only=True` on the driver: loading never executes pickled code, and a bad
-file is one line that names it and the newest intact checkpoint before it.
+the whole RNG state. Before a resume, `checkpoint_to_resume` checks a checkpoint against its manifest (and
+the client state files along its chain) and loads each file with `weights_only=True` on the driver: loading
+never executes pickled code, and a bad file is one line that names it and the newest intact checkpoint before it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
 
 from orchestrator import storage
+from orchestrator.client_store import states_dir, version_name
 
 CHECKPOINT_NAME = re.compile(r"round-(\d{6,})")
-FILES = ("server.pt", "clients.pt")
+FILES = ("server.pt",)
 SNAPSHOT_KEYS = {"round", "state", "history", "bytes_total", "set_up"}
 
 
@@ -38,16 +45,20 @@ def checkpoint_name(round_idx: int) -> str:
 
 
 def manifest_entry(data: bytes) -> dict[str, Any]:
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return storage.digest(data)
 
 
-def write_checkpoint(run_dir: str, server_snapshot: dict[str, Any], client_states: dict[int, Any]) -> str:
+def write_checkpoint(run_dir: str, server_snapshot: dict[str, Any], changed: dict[int, dict[str, Any]],
+                     previous: int | None) -> str:
+    """`changed`: {client: {"round", "size", "sha256"}} of the client state files written since the checkpoint
+    of round `previous` (None: since the start), as the client store reports them."""
     name = checkpoint_name(server_snapshot["round"])
     base = storage.join(checkpoints_dir(run_dir), name)
-    files = {"clients.pt": storage.torch_bytes(client_states), "server.pt": storage.torch_bytes(server_snapshot)}
+    files = {"server.pt": storage.torch_bytes(server_snapshot)}
     for file_name, data in files.items():
         storage.write_bytes_atomic(storage.join(base, file_name), data)
-    manifest = {"round": server_snapshot["round"], "files": {k: manifest_entry(v) for k, v in files.items()}}
+    manifest = {"round": server_snapshot["round"], "files": {k: manifest_entry(v) for k, v in files.items()},
+                "previous": previous, "client_states": {str(c): changed[c] for c in sorted(changed)}}
     storage.write_bytes_atomic(storage.join(base, "manifest.json"), json.dumps(manifest, indent=1).encode())
     mark_latest(run_dir, name)
     return base
@@ -78,32 +89,68 @@ def checkpoint_rounds(run_dir: str) -> list[int]:
 
 # ------------------------------------------------------------------------------------- verification
 def verify_checkpoint(checkpoint: str) -> None:
-    """Raise CheckpointError naming the first bad file: manifest missing or unreadable, a file missing, of
-    the wrong size or hash, or not loadable as tensors and plain containers."""
+    """Raise CheckpointError naming the first bad file: a manifest missing or unreadable (this checkpoint's or
+    one along its chain), a file missing, of the wrong size or hash, or not loadable as tensors and plain
+    containers."""
+    manifest = read_manifest(checkpoint)
+    round_idx = manifest["round"]
+    for name in FILES:
+        path = storage.join(checkpoint, name)
+        contents = load_safely(path, checked_bytes(path, manifest["files"][name]))
+        if name == "server.pt" and (not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents)
+                                    or contents["round"] != round_idx):
+            raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
+    for path, entry in client_state_files(checkpoint).values():
+        load_safely(path, checked_bytes(path, entry))
+
+
+def read_manifest(checkpoint: str) -> dict[str, Any]:
     manifest_path = storage.join(checkpoint, "manifest.json")
     if not storage.exists(manifest_path):
         raise CheckpointError(f"{manifest_path}: missing (the checkpoint is incomplete or predates manifests)")
     try:
         manifest = json.loads(storage.read_bytes(manifest_path))
-        expected = {name: manifest["files"][name] for name in FILES}
-        round_idx = int(manifest["round"])
-    except (ValueError, KeyError, TypeError) as e:
+        if "clients.pt" in manifest.get("files", {}):
+            raise CheckpointError(f"{manifest_path}: a checkpoint of an earlier format (every client state copied "
+                                  "into clients.pt), which this version does not resume")
+        manifest["files"] = {name: manifest["files"][name] for name in FILES}
+        manifest["round"] = int(manifest["round"])
+        previous = manifest["previous"]
+        if previous is not None and not 0 <= int(previous) < manifest["round"]:
+            raise ValueError(f"previous checkpoint {previous} is not an earlier round")
+        manifest["client_states"] = {int(c): {"round": int(e["round"]), "size": int(e["size"]),
+                                              "sha256": str(e["sha256"])}
+                                     for c, e in manifest["client_states"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{manifest_path}: not a valid manifest ({type(e).__name__}: {e})") from None
-    for name in FILES:
-        path = storage.join(checkpoint, name)
-        if not storage.exists(path):
-            raise CheckpointError(f"{path}: missing")
-        data = storage.read_bytes(path)
-        if manifest_entry(data) != expected[name]:
-            raise CheckpointError(f"{path}: {len(data)} bytes with sha256 {manifest_entry(data)['sha256'][:12]}…, "
-                                  f"the manifest says {expected[name].get('size')} bytes with sha256 "
-                                  f"{str(expected[name].get('sha256'))[:12]}… (truncated or altered)")
-        contents = load_safely(path, data)
-        if name == "server.pt" and (not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents)
-                                    or contents["round"] != round_idx):
-            raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
-        if name == "clients.pt" and not isinstance(contents, dict):
-            raise CheckpointError(f"{path}: not a mapping of client states")
+    return manifest
+
+
+def client_state_files(checkpoint: str) -> dict[int, tuple[str, dict[str, Any]]]:
+    """{client: (path, manifest entry)} of every client's state at this checkpoint: the newest entry along the
+    chain of previous checkpoints (a client that never trained has none)."""
+    base = storage.parent(checkpoint)
+    states = states_dir(storage.parent(base))
+    files: dict[int, tuple[str, dict[str, Any]]] = {}
+    while checkpoint is not None:
+        manifest = read_manifest(checkpoint)
+        for cid, entry in manifest["client_states"].items():
+            files.setdefault(cid, (storage.join(states, version_name(cid, entry["round"])), entry))
+        previous = manifest["previous"]
+        checkpoint = None if previous is None else storage.join(base, checkpoint_name(int(previous)))
+    return files
+
+
+def checked_bytes(path: str, expected: dict[str, Any]) -> bytes:
+    """The file's bytes, if they have the size and sha256 the manifest gives."""
+    if not storage.exists(path):
+        raise CheckpointError(f"{path}: missing")
+    data = storage.read_bytes(path)
+    if manifest_entry(data) != {"size": expected.get("size"), "sha256": expected.get("sha256")}:
+        raise CheckpointError(f"{path}: {len(data)} bytes with sha256 {manifest_entry(data)['sha256'][:12]}…, "
+                              f"the manifest says {expected.get('size')} bytes with sha256 "
+                              f"{str(expected.get('sha256'))[:12]}… (truncated or altered)")
+    return data
 
 
 def load_safely(path: str, data: bytes):
@@ -173,11 +220,3 @@ def way_out(run_dir: str, intact_round: int | None, relation: str = "before it i
 # -------------------------------------------------------------------------------------------- loading
 def load_server_snapshot(checkpoint: str) -> dict[str, Any]:
     return storage.torch_load_safe(storage.read_bytes(storage.join(checkpoint, "server.pt")))
-
-
-def load_client_states(checkpoint: str, client_ids: list[int] | None = None) -> dict[int, Any]:
-    states = storage.torch_load_safe(storage.read_bytes(storage.join(checkpoint, "clients.pt")))
-    if client_ids is None:
-        return states
-    wanted = set(client_ids)
-    return {c: s for c, s in states.items() if c in wanted}

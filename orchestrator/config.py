@@ -222,6 +222,9 @@ class EvalConfig(Strict):
     diagnostics: bool = Field(False, description="log the cross-method diagnostics every round "
                               "(feature distance, classifier-update cosine, classifier movement: tasks/algorithms/diagnostics.py)")
     probe_per_class: int = Field(10, ge=1, description="probe images per class and test set for the feature distance")
+    personalized_clients: int | None = Field(
+        None, ge=1, description="personalized methods: evaluate the own models of this many clients, a sample drawn "
+        "from the seed alone (the same for every method of a seed); null: every client")
 
 
 class ResourcesConfig(Strict):
@@ -230,6 +233,10 @@ class ResourcesConfig(Strict):
     gpus_per_actor: float = Field(0.0, ge=0, le=1, description="fraction of a GPU per client actor")
     max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
     actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
+    resident_clients: int | None = Field(
+        1024, ge=1, description="client states a client actor keeps in memory (least recently used out first); "
+        "every state is also written to the run directory when its client's round ends and read back from there "
+        "when it is sampled again; null: keep all in memory")
     partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
                                "not each model, where the method averages them as FedAvg does; the history then "
                                "depends on the number of actors in the last float32 bit (README)")
@@ -313,6 +320,10 @@ class ExperimentConfig(Strict):
         if k is not None and k > self.data.num_clients:
             raise NestedFieldError("train.clients_per_round", k,
                                    f"more clients per round than data.num_clients = {self.data.num_clients}")
+        k = self.eval.personalized_clients
+        if k is not None and k > self.data.num_clients:
+            raise NestedFieldError("eval.personalized_clients", k,
+                                   f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         return self
 
     @property

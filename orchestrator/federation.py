@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.client_store import ClientStateStore
 from orchestrator.phases import Phases
 from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import State, count_correct, derive_seed, nbytes, seeded_generator, to_device
@@ -25,6 +26,7 @@ from tasks.algorithms.engines import ClientRound, choose_engine, train_vectorize
 from tasks.data.federated import FederatedData
 
 SAMPLING_STREAM = 0x5A3
+EVAL_STREAM = 0xE7A
 SETUP_STREAM = 0x5E7
 
 
@@ -58,7 +60,7 @@ class ClientHost:
     hence checkpoints) is moved back to the CPU, so the coordinator never holds a CUDA tensor."""
 
     def __init__(self, cfg, data: FederatedData, client_ids: list[int], client_states: dict[int, Any] | None = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", store: ClientStateStore | None = None):
         self.cfg = cfg
         self.device = torch.device(device)
         self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
@@ -67,7 +69,10 @@ class ClientHost:
         self.global_tests: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.data = {cid: self._build_data(cid) for cid in client_ids}
         self.guests: OrderedDict[int, Any] = OrderedDict()
-        self.states: dict[int, Any] = dict(client_states or {})
+        # the hosted clients' persistent states (orchestrator/client_store.py): in memory, or spilled to disk
+        self.states = store if store is not None else ClientStateStore()
+        for cid, state in (client_states or {}).items():
+            self.states.put(cid, state, 0)
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
         self._payload_received: Any = None
         self._payload_here: Any = None
@@ -101,12 +106,19 @@ class ClientHost:
                 self.guests.popitem(last=False)
         return self.guests[cid]
 
-    def _state(self, cid: int):
+    def _state(self, cid: int, round_idx: int):
+        """The client's state as round `round_idx` begins (an evaluation's round index is the rounds done)."""
         if cid not in self.data:
             return self.algorithm.init_client(self.guests[cid])
-        if cid not in self.states:
-            self.states[cid] = self.algorithm.init_client(self.data[cid])
-        return self.states[cid]
+        state = self.states.get(cid, upto=round_idx)
+        if state is None:
+            state = self.algorithm.init_client(self.data[cid])
+            self.states.keep_fresh(cid, state)
+        return state
+
+    def _keep_state(self, cid: int, state, round_idx: int) -> None:
+        if cid in self.data:
+            self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
 
     def _context(self, cid: int, round_idx: int, seed_torch: bool = True) -> RoundContext:
         if seed_torch:  # dropout and other torch-global draws (the vectorized engine refuses models that make any)
@@ -117,10 +129,9 @@ class ClientHost:
     def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
         start = time.perf_counter()
         data = self._data(cid)
-        update, state = self.algorithm.client_update(self._here(payload), data, self._state(cid),
+        update, state = self.algorithm.client_update(self._here(payload), data, self._state(cid, round_idx),
                                                      self._context(cid, round_idx))
-        if cid in self.data:
-            self.states[cid] = to_device(state, "cpu")
+        self._keep_state(cid, state, round_idx)
         update = to_device(update, "cpu")
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
@@ -163,13 +174,13 @@ class ClientHost:
     def _client_round(self, payload, cid: int, round_idx: int) -> ClientRound:
         data = self._data(cid)
         ctx = self._context(cid, round_idx, seed_torch=False)
-        return ClientRound(data, ctx, self.algorithm.local_objective(self._here(payload), data, self._state(cid), ctx))
+        return ClientRound(data, ctx, self.algorithm.local_objective(self._here(payload), data,
+                                                                     self._state(cid, round_idx), ctx))
 
     def _finish(self, payload, cid: int, r: ClientRound, result) -> ClientUpdate:
         update, state = self.algorithm.client_result(result.state, result.train_loss, self._here(payload), r.data,
-                                                     self._state(cid), r.ctx)
-        if cid in self.data:
-            self.states[cid] = to_device(state, "cpu")
+                                                     self._state(cid, r.ctx.round), r.ctx)
+        self._keep_state(cid, state, r.ctx.round)
         return to_device(update, "cpu")
 
     def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
@@ -194,12 +205,12 @@ class ClientHost:
 
     def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
         data = self._data(cid)
-        return to_device(self.algorithm.client_evaluate(self._here(payload), data, self._state(cid),
+        return to_device(self.algorithm.client_evaluate(self._here(payload), data, self._state(cid, round_idx),
                                                         self._context(cid, round_idx)), "cpu")
 
     def pre_round(self, payload, cid: int, round_idx: int):
         data = self._data(cid)
-        return to_device(self.algorithm.client_pre_round(self._here(payload), data, self._state(cid),
+        return to_device(self.algorithm.client_pre_round(self._here(payload), data, self._state(cid, round_idx),
                                                          self._context(cid, round_idx)), "cpu")
 
     def setup_contribution(self, cid: int):
@@ -224,7 +235,8 @@ class ClientHost:
                 "trained_model_devices": sorted(trained)}
 
     def client_states(self, cids: list[int] | None = None) -> dict[int, Any]:
-        return {cid: self.states[cid] for cid in (cids or self.states) if cid in self.states}
+        """The states of `cids` (default: every client with one), read back from disk where spilled."""
+        return {cid: self.states[cid] for cid in (cids or self.states.clients()) if cid in self.states}
 
     def client_ids(self) -> list[int]:
         return sorted(self.data)
@@ -336,6 +348,15 @@ def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) 
     return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
 
 
+def personalized_eval_clients(seed: int, num_clients: int, sample: int | None) -> list[int]:
+    """The clients whose own models are evaluated (eval.personalized_clients): all, or a sample drawn from the run
+    seed alone, never the method, so every method of a seed is evaluated on the same clients (paired)."""
+    if sample is None or sample >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, EVAL_STREAM))
+    return sorted(int(c) for c in rng.choice(num_clients, sample, replace=False))
+
+
 # call(method, payload, client_ids, round) -> ({client: result}, failed clients): runs a ClientHost method
 # ("pre_round", "update", "evaluate") for each client, in this process or on the client actors.
 CallClients = Callable[[str, Any, list[int], int], tuple[dict[int, Any], list[int]]]
@@ -360,6 +381,7 @@ class Server:
         self.test_sets = {k: xy for k, xy in data.test_sets().items() if len(xy[1])}  # none with test_fraction 0
         self.probe = probe_inputs(self.test_sets, cfg.eval.probe_per_class) if cfg.eval.diagnostics else None
         self.num_clients = data.num_clients
+        self.eval_clients = personalized_eval_clients(cfg.seed, data.num_clients, cfg.eval.personalized_clients)
         self.round = 0
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
@@ -453,14 +475,15 @@ class Server:
                 out.update({f"accuracy_{k}": v for k, v in accs.items()})
         if self.algorithm.personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
-            per_client, _ = call("evaluate", payload, list(range(self.num_clients)), self.round)
+            per_client, _ = call("evaluate", payload, self.eval_clients, self.round)
             out.update(personalized_summary(per_client))
         return out
 
 
 def personalized_summary(per_client: dict[int, dict[str, tuple[float, float]]]) -> dict[str, float]:
-    """Sample-weighted accuracy per metric, plus its mean and spread across clients (fairness)."""
-    out: dict[str, float] = {}
+    """Sample-weighted accuracy per metric, plus its mean and spread across the clients evaluated (fairness),
+    and how many clients that was."""
+    out: dict[str, float] = {"personalized_clients": len(per_client)}
     metrics = sorted({k for res in per_client.values() for k in res})
     for key in metrics:
         pairs = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]
@@ -474,9 +497,12 @@ def personalized_summary(per_client: dict[int, dict[str, tuple[float, float]]]) 
 
 
 # ------------------------------------------------------------------------------ one process, no Ray
-def run_in_process(cfg, data: FederatedData, rounds: int | None = None, on_round=None) -> list[dict[str, Any]]:
-    """The whole federated run in this process: one host for all clients, serially."""
-    host = ClientHost(cfg, data, list(range(data.num_clients)))
+def run_in_process(cfg, data: FederatedData, rounds: int | None = None, on_round=None,
+                   states_dir: str | None = None) -> list[dict[str, Any]]:
+    """The whole federated run in this process: one host for all clients, serially; with `states_dir`, the
+    clients' states are written there and at most `resources.resident_clients` of them kept in memory."""
+    store = ClientStateStore(states_dir, cfg.resources.resident_clients) if states_dir else None
+    host = ClientHost(cfg, data, list(range(data.num_clients)), store=store)
     server = Server(cfg, data)
     if not server.set_up:
         server.setup([host.setup_contribution(c) for c in range(data.num_clients)])

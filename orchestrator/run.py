@@ -174,10 +174,11 @@ class RunResult:
     round_seconds: list[float] = field(default_factory=list)
     startup_seconds: float = 0.0
     phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
+    personalized_eval_clients: str | None = None  # whose own models were evaluated: "all", or their ids
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
-                "wall_seconds", "mlflow_run_id", "history")
+                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "history")
         d = asdict(self)
         return {k: d[k] for k in keys} | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
 
@@ -209,7 +210,20 @@ def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> Run
         algorithm=cfg.algorithm.name, seed=cfg.seed,
         final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
         personalized_accuracy=s["final_personalized_accuracy"],
-        best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history, **kw)
+        best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
+        personalized_eval_clients=evaluated_clients(cfg), **kw)
+
+
+def evaluated_clients(cfg: ExperimentConfig) -> str | None:
+    """Whose own models a personalized method's evaluation covers: "all", or the sampled ids ("3,8,11");
+    None for a method without personalized evaluation."""
+    from orchestrator.federation import personalized_eval_clients
+    from tasks.algorithms import ALGORITHMS
+
+    if not ALGORITHMS.get(cfg.algorithm.name).personalized:
+        return None
+    ids = personalized_eval_clients(cfg.seed, cfg.data.num_clients, cfg.eval.personalized_clients)
+    return "all" if len(ids) == cfg.data.num_clients else ",".join(map(str, ids))
 
 
 # -------------------------------------------------------------------------------------- run directory
@@ -649,9 +663,11 @@ def coordinator_lost(run_dir: str, rounds_done: int, err: Exception) -> str:
 
 
 def run_params(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The flattened config, with the named algorithm's hyperparameters resolved to their defaults."""
+    """The flattened config, with the named algorithm's hyperparameters resolved to their defaults, and for a
+    personalized method the clients its evaluation covers."""
     resolved = {"algorithm": {cfg.algorithm.name: cfg.algorithm.params_for().model_dump(mode="json")}}
-    return flatten(cfg.to_dict()) | flatten(resolved)
+    evaluated = evaluated_clients(cfg)
+    return flatten(cfg.to_dict()) | flatten(resolved) | ({"personalized_eval_clients": evaluated} if evaluated else {})
 
 
 def _progress(enabled: bool, total: int, initial: int):

@@ -36,6 +36,10 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if "://" in base else str(Path(base, *parts))
 
 
+def parent(uri: str) -> str:
+    return posixpath.dirname(uri.rstrip("/")) if "://" in uri else str(Path(uri).parent)
+
+
 def exists(uri: str) -> bool:
     fs, path = resolve(uri)
     return fs.get_file_info(path).type != _pafs().FileType.NotFound
@@ -80,6 +84,20 @@ def torch_load_safe(data: bytes):
     with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
         warnings.simplefilter("ignore")
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def delete_file(uri: str) -> None:
+    """Delete a file (nothing if it is not there)."""
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type != _pafs().FileType.NotFound:
+        fs.delete_file(path)
+
+
+def digest(data: bytes) -> dict[str, int | str]:
+    """What a manifest records of a file: its size and sha256."""
+    import hashlib
+
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def remove_tree(uri: str) -> None:

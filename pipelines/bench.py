@@ -1,4 +1,5 @@
-"""`mooring bench [tiny|whole-run|overhead|scale|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/ and print
+"""`mooring bench [tiny|whole-run|overhead|scale|states|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/
+and print
 their tables, each with the command that reproduces it.
 
 Each figure is a ratio against a baseline measured in the same run. `--out benchmarks/README.md` also
@@ -17,6 +18,7 @@ BENCHES = {
     "whole-run": "benchmarks.whole_run",
     "overhead": "benchmarks.overhead",
     "scale": "benchmarks.scale",
+    "states": "benchmarks.client_states",
     "gpu": "benchmarks.gpu_packing",
     "engine": "benchmarks.engine_gpu",
     "sweep": "benchmarks.sweep_efficiency",
@@ -28,7 +30,8 @@ def configure(parser) -> None:
     parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"],
                         help="tiny (many clients of one or two steps against a plain PyTorch loop), whole-run (a "
                              "whole `mooring run` against the loop's whole process), overhead (heavy clients against "
-                             "the loop), scale (1,000 clients against 100), gpu (client actors sharing one GPU; "
+                             "the loop), scale (1,000 clients against 100), states (a bounded client-state store against all "
+                             "states in memory), gpu (client actors sharing one GPU; "
                              "skipped without CUDA), engine (the vectorized engine against the sequential one on one device, "
                              "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), ui (`mooring ui` against `mlflow server`: seconds to the "
                              "page and to the API), or all (default)")

@@ -21,7 +21,8 @@ from orchestrator import checkpoint as ckpt
 from orchestrator.config import ConfigError, load_config
 from orchestrator.run import RunError, check_output_dirs, run_experiment
 
-FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2"]
+FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
+        "resources.resident_clients=1"]
 
 
 def cli(*args, env=None, **kw):
@@ -118,6 +119,23 @@ def rewrite(checkpoint: Path, name: str, data: bytes, update_manifest: bool) -> 
         (checkpoint / "manifest.json").write_text(json.dumps(manifest))
 
 
+def client_state_file(checkpoint: Path) -> tuple[str, Path]:
+    """A client state file the checkpoint names (the first client's), and the client's id."""
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    cid = sorted(manifest["client_states"], key=int)[0]
+    return cid, checkpoint.parent.parent / "client_states" / f"c{cid}.r{manifest['client_states'][cid]['round']:06d}.pt"
+
+
+def rewrite_client_state(checkpoint: Path, data: bytes) -> Path:
+    """Replace a client state file the checkpoint names, and its manifest entry, as an attacker would."""
+    cid, path = client_state_file(checkpoint)
+    path.write_bytes(data)
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["client_states"][cid].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
 @pytest.fixture(scope="module")
 def finished_run(ray_session, tmp_path_factory):
     """A 4-round run with checkpoints at rounds 2 and 4, and its history."""
@@ -139,11 +157,16 @@ def corrupt(case: str, run: Path, marker: Path) -> str:
         (latest / "server.pt").write_bytes(b"")
     elif case == "server.pt malicious, manifest rewritten":
         rewrite(latest, "server.pt", evil, update_manifest=True)
-    elif case == "clients.pt truncated":
-        data = (latest / "clients.pt").read_bytes()
-        (latest / "clients.pt").write_bytes(data[:100])
-    elif case == "clients.pt malicious, manifest rewritten":
-        rewrite(latest, "clients.pt", evil, update_manifest=True)
+    elif case == "client state truncated":
+        _, path = client_state_file(latest)
+        path.write_bytes(path.read_bytes()[:100])
+        return str(path)
+    elif case == "client state malicious, manifest rewritten":
+        return str(rewrite_client_state(latest, evil))
+    elif case == "client state missing":
+        _, path = client_state_file(latest)
+        path.unlink()
+        return str(path)
     elif case == "manifest missing":
         (latest / "manifest.json").unlink()
         return str(latest / "manifest.json")
@@ -157,7 +180,8 @@ def corrupt(case: str, run: Path, marker: Path) -> str:
 
 
 CORRUPTIONS = ["server.pt truncated", "server.pt empty", "server.pt malicious, manifest rewritten",
-               "clients.pt truncated", "clients.pt malicious, manifest rewritten", "manifest missing",
+               "client state truncated", "client state malicious, manifest rewritten", "client state missing",
+               "manifest missing",
                "LATEST outside the run", "LATEST names a missing round"]
 
 

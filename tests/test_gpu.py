@@ -36,7 +36,8 @@ def test_every_method_trains_on_a_quarter_of_the_gpu_and_learns(ray_session, wor
         assert actor["data_device"].startswith("cuda")
         assert actor["trained_model_devices"] and all(d.startswith("cuda") for d in actor["trained_model_devices"])
         assert actor["cuda_peak_bytes"] > 0
-    assert result.final_accuracy > 0.5  # chance is 0.1
+    learned = result.final_accuracy if result.final_accuracy is not None else result.personalized_accuracy
+    assert learned > 0.5  # chance is 0.1 (the global model's, or the clients' own where there is none)
     latest = Path(result.run_dir) / "checkpoints" / (Path(result.run_dir) / "checkpoints" / "LATEST").read_text()
     assert saved_devices(latest) == {"cpu"}
 

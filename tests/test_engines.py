@@ -19,8 +19,9 @@ SGD_ATOL = 2e-5
 ADAM_ATOL = 2e-4
 RTOL = 1e-5
 
-VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite"]
-FALLBACK = ["fedfa", "moon", "feddebias", "fedproto", "fedsa"]
+VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite",
+              "moon"]
+FALLBACK = ["fedfa", "feddebias", "fedproto", "fedsa"]
 
 
 def tiny(tmp_path, *overrides: str):

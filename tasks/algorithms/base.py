@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
+from torch.func import functional_call
 
 from tasks.models import FLModel, build_model
 
@@ -444,6 +445,13 @@ def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_
         loss = F.cross_entropy(logits, y)
         return loss if extra_loss is None else loss + extra_loss(model, x, y, h, logits)
     return train_objective(model, data, ctx, loss_fn, {}, after_step)
+
+
+def frozen_features(model: nn.Module, tensors: State, x: torch.Tensor) -> torch.Tensor:
+    """model.features(x) with `tensors` in place of the model's own, no gradient: a frozen model's forward pass
+    (MOON's global and previous models) that loads nothing into the module, so it runs under torch.func.vmap."""
+    with torch.no_grad():
+        return functional_call(model, tensors, (x,), {"return_features": True})[0]
 
 
 def batch_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
+from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 
 State = dict[str, Any]
@@ -145,6 +146,9 @@ class RoundContext:
     train: TrainSettings
     generator: torch.Generator
     device: torch.device = torch.device("cpu")
+    # the training batches' detached features summed per class, as the model changed, where the client's objective
+    # asks for them (LocalObjective.record_seen); the engine that trains the client fills it (FedProto's upload)
+    seen: ClassMeans | None = None
 
     @property
     def lr(self) -> float:
@@ -323,7 +327,9 @@ class Algorithm:
         """One client's round on the sequential engine (the bitwise reference)."""
         objective = self.local_objective(payload, data, client_state, ctx)
         model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
-        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs)
+        if objective.record_seen:
+            ctx.seen = ClassMeans(data.num_classes, model.feature_dim)
+        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, seen=ctx.seen)
         return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
 
     def client_evaluate(self, payload: State, data: ClientData, client_state: State,
@@ -349,6 +355,7 @@ class LocalObjective:
     start: State
     inputs: State = field(default_factory=dict)
     model_key: Any = "global"  # which per-process model (architecture) trains it
+    record_seen: bool = False  # the engine records the features met in training per class, in ctx.seen
 
 
 # ------------------------------------------------------------------------------- shared building blocks
@@ -421,15 +428,18 @@ LossFn = Callable[..., torch.Tensor]  # (params, x, y, h, logits, inputs, weight
 
 
 def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn: LossFn, inputs: State,
-                    after_step=None) -> float:
+                    after_step=None, seen: ClassMeans | None = None) -> float:
     """The sequential engine: the round's batches, loss_fn on the model's forward, an optimizer step each;
-    returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration)."""
+    returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration);
+    `seen` sums each batch's features per class."""
     model.train()
     optimizer = make_optimizer(model.parameters(), ctx)
     params = dict(model.named_parameters())
     total, count = 0.0, 0
     for x, y in local_batches(data, ctx):
         h, logits = model(x, return_features=True)
+        if seen is not None:
+            seen.add(h, y)
         loss = loss_fn(params, x, y, h, logits, inputs)
         step(optimizer, loss, model, ctx)
         if after_step is not None:

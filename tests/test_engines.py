@@ -20,8 +20,8 @@ ADAM_ATOL = 2e-4
 RTOL = 1e-5
 
 VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite",
-              "moon", "fedproto", "fedsa"]
-FALLBACK = ["fedfa", "feddebias"]
+              "moon", "fedproto", "fedsa", "fedfa"]
+FALLBACK = ["feddebias"]
 
 
 def tiny(tmp_path, *overrides: str):

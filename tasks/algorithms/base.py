@@ -146,9 +146,10 @@ class RoundContext:
     train: TrainSettings
     generator: torch.Generator
     device: torch.device = torch.device("cpu")
-    # the training batches' detached features summed per class, as the model changed, where the client's objective
-    # asks for them (LocalObjective.record_seen); the engine that trains the client fills it (FedProto's upload)
-    seen: ClassMeans | None = None
+    # what the engine that trains the client records on the way, for client_result: the training batches' detached
+    # features summed per class (a ClassMeans) where the objective asks (LocalObjective.record_seen: FedProto's
+    # upload), or a method's own record (FedFA's anchor estimate)
+    recorded: Any = None
 
     @property
     def lr(self) -> float:
@@ -328,9 +329,17 @@ class Algorithm:
         objective = self.local_objective(payload, data, client_state, ctx)
         model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
         if objective.record_seen:
-            ctx.seen = ClassMeans(data.num_classes, model.feature_dim)
-        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, seen=ctx.seen)
+            ctx.recorded = ClassMeans(data.num_classes, model.feature_dim)
+        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, recorder=ctx.recorded)
         return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
+
+    def step_hooks(self, rounds: list, params: dict[str, torch.Tensor]) -> list:
+        """The vectorized engine's side computations at every step for a batch of clients (`rounds`, its
+        ClientRounds; `params`, their stacked trainable parameters, updated in place): each hook's
+        after_step(h, y, weight, active) sees the step's stacked features (from before the step) once the
+        optimizer has stepped, and hand_out(contexts) leaves each client's record in its ctx.recorded. The
+        sequential engine's form is a recorder and an after_step in train_objective (FedFA). None here."""
+        return []
 
     def client_evaluate(self, payload: State, data: ClientData, client_state: State,
                         ctx: RoundContext) -> dict[str, tuple[float, float]]:
@@ -355,7 +364,7 @@ class LocalObjective:
     start: State
     inputs: State = field(default_factory=dict)
     model_key: Any = "global"  # which per-process model (architecture) trains it
-    record_seen: bool = False  # the engine records the features met in training per class, in ctx.seen
+    record_seen: bool = False  # the engine records the features met in training per class, in ctx.recorded
 
 
 # ------------------------------------------------------------------------------- shared building blocks
@@ -428,18 +437,18 @@ LossFn = Callable[..., torch.Tensor]  # (params, x, y, h, logits, inputs, weight
 
 
 def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn: LossFn, inputs: State,
-                    after_step=None, seen: ClassMeans | None = None) -> float:
+                    after_step=None, recorder=None) -> float:
     """The sequential engine: the round's batches, loss_fn on the model's forward, an optimizer step each;
     returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration);
-    `seen` sums each batch's features per class."""
+    recorder.add(h, y) is handed each batch's features (ClassMeans, FedFA's anchor estimate)."""
     model.train()
     optimizer = make_optimizer(model.parameters(), ctx)
     params = dict(model.named_parameters())
     total, count = 0.0, 0
     for x, y in local_batches(data, ctx):
         h, logits = model(x, return_features=True)
-        if seen is not None:
-            seen.add(h, y)
+        if recorder is not None:
+            recorder.add(h, y)
         loss = loss_fn(params, x, y, h, logits, inputs)
         step(optimizer, loss, model, ctx)
         if after_step is not None:

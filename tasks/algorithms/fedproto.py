@@ -173,8 +173,9 @@ class FedProto(Algorithm):
         return self.params.lam * fedproto_loss(h, y, inputs["protos"], inputs["proto_mask"], weight)
 
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
-        held = ctx.seen.counts > 0
-        stats = {"protos": ctx.seen.means()[held].float(), "counts": ctx.seen.counts.float()}
+        seen = ctx.recorded
+        held = seen.counts > 0
+        stats = {"protos": seen.means()[held].float(), "counts": seen.counts.float()}
         update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": train_loss})
         return update, {**client_state, "model": trained}
 

@@ -14,9 +14,11 @@ Read it like Flower's strategy API:
              client_evaluate(...)   -> personalized accuracy on the client's own test split
 
 The engines (tasks/algorithms/engines.py) own the loop, the optimizer and the masks: `sequential` trains one
-client at a time (the bitwise reference), `vectorized` all of an actor's clients at once with torch.func. A
-method whose local training is not (yet) a `local_loss` overrides `client_update` and says why in
-`not_vectorized`; it then always trains sequentially.
+client at a time (the bitwise reference), `vectorized` all of an actor's clients at once with torch.func. Side
+computations during training (FedFA's anchor estimate and classifier calibration) are a recorder and an
+after_step on the sequential engine and `step_hooks` on the vectorized one. A method whose local training is not
+(yet) a `local_loss` overrides `client_update` and says why in `not_vectorized`; it then always trains
+sequentially.
 
 Everything here is plain PyTorch: no Ray. State is nested dicts of tensors and plain numbers, so it is
 checkpointed with `torch.save` and loaded with `weights_only=True` (no pickled code runs on load).

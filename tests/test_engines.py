@@ -19,8 +19,9 @@ SGD_ATOL = 2e-5
 ADAM_ATOL = 2e-4
 RTOL = 1e-5
 
-VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite"]
-FALLBACK = ["fedfa", "moon", "feddebias", "fedproto", "fedsa"]
+VECTORIZED = ["fedavg", "fedprox", "local", "fedavg_pm", "local_pm", "fedavg_periodic", "fednh", "fedfm", "fedfm_lite",
+              "moon", "fedproto", "fedsa", "fedfa"]
+FALLBACK = ["feddebias"]
 
 
 def tiny(tmp_path, *overrides: str):
@@ -205,3 +206,12 @@ def test_a_client_that_fails_leaves_its_vectorized_batch_training(tmp_path):
     results, errors = host.call_many("update", {}, [0, 1, 2], 0)  # client 1 lives elsewhere
     assert sorted(results) == [0, 2] and list(errors) == [1] and "keeps client state" in errors[1]
     assert sorted(host.client_states()) == [0, 2]
+
+
+def test_fedsa_on_class_means_stays_sequential(tmp_path):
+    cfg = tiny(tmp_path, "algorithm.name=fedsa", "algorithm.fedsa.per_sample=false")
+    data = prepare_data(cfg)
+    algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+    assert choose_engine("auto", algorithm) == "sequential"
+    with pytest.raises(ValueError, match="vectorized cannot train fedsa: per_sample: false"):
+        choose_engine("vectorized", algorithm)

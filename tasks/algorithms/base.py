@@ -14,9 +14,11 @@ Read it like Flower's strategy API:
              client_evaluate(...)   -> personalized accuracy on the client's own test split
 
 The engines (tasks/algorithms/engines.py) own the loop, the optimizer and the masks: `sequential` trains one
-client at a time (the bitwise reference), `vectorized` all of an actor's clients at once with torch.func. A
-method whose local training is not (yet) a `local_loss` overrides `client_update` and says why in
-`not_vectorized`; it then always trains sequentially.
+client at a time (the bitwise reference), `vectorized` all of an actor's clients at once with torch.func. Side
+computations during training (FedFA's anchor estimate and classifier calibration) are a recorder and an
+after_step on the sequential engine and `step_hooks` on the vectorized one. A method whose local training is not
+(yet) a `local_loss` overrides `client_update` and says why in `not_vectorized`; it then always trains
+sequentially.
 
 Everything here is plain PyTorch: no Ray. State is nested dicts of tensors and plain numbers, so it is
 checkpointed with `torch.save` and loaded with `weights_only=True` (no pickled code runs on load).
@@ -35,7 +37,9 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
+from torch.func import functional_call
 
+from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 
 State = dict[str, Any]
@@ -144,6 +148,10 @@ class RoundContext:
     train: TrainSettings
     generator: torch.Generator
     device: torch.device = torch.device("cpu")
+    # what the engine that trains the client records on the way, for client_result: the training batches' detached
+    # features summed per class (a ClassMeans) where the objective asks (LocalObjective.record_seen: FedProto's
+    # upload), or a method's own record (FedFA's anchor estimate)
+    recorded: Any = None
 
     @property
     def lr(self) -> float:
@@ -322,8 +330,18 @@ class Algorithm:
         """One client's round on the sequential engine (the bitwise reference)."""
         objective = self.local_objective(payload, data, client_state, ctx)
         model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
-        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs)
+        if objective.record_seen:
+            ctx.recorded = ClassMeans(data.num_classes, model.feature_dim)
+        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, recorder=ctx.recorded)
         return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
+
+    def step_hooks(self, rounds: list, params: dict[str, torch.Tensor]) -> list:
+        """The vectorized engine's side computations at every step for a batch of clients (`rounds`, its
+        ClientRounds; `params`, their stacked trainable parameters, updated in place): each hook's
+        after_step(h, y, weight, active) sees the step's stacked features (from before the step) once the
+        optimizer has stepped, and hand_out(contexts) leaves each client's record in its ctx.recorded. The
+        sequential engine's form is a recorder and an after_step in train_objective (FedFA). None here."""
+        return []
 
     def client_evaluate(self, payload: State, data: ClientData, client_state: State,
                         ctx: RoundContext) -> dict[str, tuple[float, float]]:
@@ -348,6 +366,7 @@ class LocalObjective:
     start: State
     inputs: State = field(default_factory=dict)
     model_key: Any = "global"  # which per-process model (architecture) trains it
+    record_seen: bool = False  # the engine records the features met in training per class, in ctx.recorded
 
 
 # ------------------------------------------------------------------------------- shared building blocks
@@ -420,15 +439,18 @@ LossFn = Callable[..., torch.Tensor]  # (params, x, y, h, logits, inputs, weight
 
 
 def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn: LossFn, inputs: State,
-                    after_step=None) -> float:
+                    after_step=None, recorder=None) -> float:
     """The sequential engine: the round's batches, loss_fn on the model's forward, an optimizer step each;
-    returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration)."""
+    returns the mean loss. after_step(model, x, y) runs after each step (FedFA's classifier calibration);
+    recorder.add(h, y) is handed each batch's features (ClassMeans, FedFA's anchor estimate)."""
     model.train()
     optimizer = make_optimizer(model.parameters(), ctx)
     params = dict(model.named_parameters())
     total, count = 0.0, 0
     for x, y in local_batches(data, ctx):
         h, logits = model(x, return_features=True)
+        if recorder is not None:
+            recorder.add(h, y)
         loss = loss_fn(params, x, y, h, logits, inputs)
         step(optimizer, loss, model, ctx)
         if after_step is not None:
@@ -444,6 +466,13 @@ def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_
         loss = F.cross_entropy(logits, y)
         return loss if extra_loss is None else loss + extra_loss(model, x, y, h, logits)
     return train_objective(model, data, ctx, loss_fn, {}, after_step)
+
+
+def frozen_features(model: nn.Module, tensors: State, x: torch.Tensor) -> torch.Tensor:
+    """model.features(x) with `tensors` in place of the model's own, no gradient: a frozen model's forward pass
+    (MOON's global and previous models) that loads nothing into the module, so it runs under torch.func.vmap."""
+    with torch.no_grad():
+        return functional_call(model, tensors, (x,), {"return_features": True})[0]
 
 
 def batch_mean(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:

@@ -10,6 +10,9 @@
   Every client draws its batches from its own round generator exactly as the sequential engine does
   (base.batch_indices); batches are padded to `batch_size` with 0-weight samples, and a client that has run out
   of steps is masked out of the update, so a short last batch or fewer steps change nothing for the others.
+  Where an objective asks (`LocalObjective.record_seen`: FedProto, FedSA), both engines also sum the training
+  batches' detached features per class into the client's `RoundContext.recorded`;
+  a method's own per-step side computations run through its `step_hooks` (FedFA).
 
 `auto` takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
 """
@@ -19,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -32,6 +36,7 @@ from tasks.algorithms.base import (
     TrainSettings,
     batch_indices,
 )
+from tasks.algorithms.prototypes import ClassMeans
 
 ENGINES = ("auto", "sequential", "vectorized")
 
@@ -176,6 +181,28 @@ class StackedOptimizer:
         return m / denom / (1 - beta1**self.steps)
 
 
+class SeenFeatures:
+    """Every client's per-class sums of the features met in training (base.ClassMeans for [K] clients at once);
+    padding samples have weight 0, so only real samples count. A step hook (Algorithm.step_hooks)."""
+
+    def __init__(self, clients: int, num_classes: int, dim: int, device):
+        self.num_classes = num_classes
+        self.sums = torch.zeros(clients, num_classes, dim, dtype=torch.float64, device=device)
+        self.counts = torch.zeros(clients, num_classes, dtype=torch.float64, device=device)
+
+    def after_step(self, h: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, active: torch.Tensor) -> None:
+        member = F.one_hot(y, self.num_classes).to(torch.float64) * weight.unsqueeze(-1).to(torch.float64)
+        self.sums += torch.einsum("kbc,kbd->kcd", member, h.to(torch.float64))
+        self.counts += member.sum(dim=1)
+
+    def hand_out(self, contexts: list[RoundContext]) -> None:
+        """Each client's sums into its round context, as the sequential engine leaves them (CPU, float64)."""
+        sums, counts = self.sums.cpu(), self.counts.cpu()
+        for k, ctx in enumerate(contexts):
+            ctx.recorded = ClassMeans(self.num_classes, sums.shape[2])
+            ctx.recorded.sums, ctx.recorded.counts = sums[k].clone(), counts[k].clone()
+
+
 def clip_per_client(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str, torch.Tensor]:
     """clip_grad_norm_ for every client apart: its gradients scaled by min(1, max_norm / (‖g‖ + 1e-6))."""
     norms = torch.stack([g.reshape(len(g), -1).pow(2).sum(dim=1) for g in grads.values()]).sum(dim=0).sqrt()
@@ -204,23 +231,30 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         inputs = tree_unflatten([next(it) if b else leaf for leaf, b in zip(leaves, batched)], spec) if leaves else {}
         tensors = {**p, **fixed_k}
         h, logits = functional_call(model, tensors, (x_k,), {"return_features": True})
-        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)
+        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k), h.detach()
 
     losses_of = vmap(client_loss)
     batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
     optimizer = StackedOptimizer(params, train, ctx.lr)
     loss_sum = torch.zeros(len(rounds), dtype=torch.float64)
+    hooks = algorithm.step_hooks(rounds, params)
+    if rounds[0].objective.record_seen:
+        hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device))
     for s in range(x.shape[0]):
         leaf_params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-        losses = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)
+        losses, h = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)
         grads = torch.autograd.grad((losses * active[s]).sum(), list(leaf_params.values()), allow_unused=True)
         grads = {n: g for n, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
         if train.grad_clip is not None:
             grads = clip_per_client(grads, train.grad_clip)
         with torch.no_grad():
             optimizer.step(grads, active[s])
+        for hook in hooks:
+            hook.after_step(h, y[s], weight[s], active[s])
         loss_sum += (losses.detach() * active[s]).double().cpu()
     mean_loss = (loss_sum / step_counts.clamp_min(1)).tolist()
+    for hook in hooks:
+        hook.hand_out([r.ctx for r in rounds])
     every = {**params, **fixed}
     return [Trained(state, loss) for state, loss in zip(unstack(every, state_names), mean_loss)]
 

@@ -26,6 +26,15 @@ the model as "projector.*" tensors. P is never used for prediction.
 Ablations (Table 3, §9.14): component 1 only = `use_contrastive: false` (no P); component 2 only =
 `use_pseudo: false`; "w/o max step" = `max_step: false` (θ stays at its random init);
 `projector: false` is the other reading (contrastive loss on raw features).
+
+Engines: sequential only. Within every step the max step must finish between the model's forward pass and the
+min-step loss, which reads the θ it has just produced: two parameter groups (θ, then φ and ω), each with its
+own optimizer state (momentum, weight decay, clipping), stepped one after the other inside one iteration on
+the same features. The vectorized engine steps one group once per iteration on a `local_loss` of the
+parameters as they were at the iteration's start, so FedDebias would need an engine with a second, inner
+vmapped gradient and stacked optimizer for θ (its features detached) before the min loss. Besides, the mixture
+pseudo-data draws from the client's generator at every step, and a client whose D_p was lost trains a plain
+supervised round, a different objective from the clients it would be stacked with.
 """
 from __future__ import annotations
 
@@ -175,7 +184,8 @@ def min_loss(model: nn.Module, projector: nn.Module | None, z_p: torch.Tensor | 
 class FedDebias(Algorithm):
     name = "feddebias"
     Params = FedDebiasParams
-    not_vectorized = "its max step (the projector's own optimizer) alternates with the min step every batch"
+    not_vectorized = ("its max step (the projector θ, with its own optimizer) must update θ between the forward "
+                      "pass and the min-step loss of every iteration: two parameter groups stepped in sequence")
 
     def __init__(self, params: FedDebiasParams, setup):
         super().__init__(params, setup)

@@ -16,6 +16,11 @@ Following the authors' code wherever it differs from the paper ([CODE] in the sp
 Ablation switches (§11, Table 3): `calibrate`, `update_anchors` (anchors stay at their initial values and clients
 upload none) and `anchor_init` ("random": Gaussian unit rows). With `local_steps` the whole round counts as one
 epoch for the moving average.
+
+Engines: the loss is a `local_loss`; the anchor estimate (fed each batch's detached features) and the calibration
+(after each step) are side computations, run by the sequential engine as train_objective's recorder and
+after_step (`client_update`) and by the vectorized one as step hooks on all of a round's clients at once
+(`StackedAnchorEstimate`, `StackedCalibration`: the calibration's Adam on the stacked heads).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field
+from torch.func import grad, vmap
 
 from tasks.algorithms.anchors import (
     anchor_round_metrics,
@@ -38,18 +44,22 @@ from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
     HyperParams,
+    LocalObjective,
     RoundContext,
     TrainSettings,
+    cross_entropy,
     searchable,
     seeded_generator,
     state_of,
-    train_supervised,
+    train_objective,
     weighted_average,
 )
+from tasks.algorithms.engines import StackedOptimizer
 from tasks.algorithms.registry import register
 from tasks.models import FLModel
 
 ANCHOR_INIT_STREAM = 0xFA
+HEAD_WEIGHT, HEAD_BIAS = "classifier.weight", "classifier.bias"  # the calibrated last layer, an nn.Linear
 
 
 class FedFAParams(HyperParams):
@@ -63,11 +73,16 @@ class FedFAParams(HyperParams):
 
 
 # ----------------------------------------------------------------------------------------- losses
-def anchor_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """(1/C)·Σ_{c in batch} (1/|B_c|)·Σ_{j∈B_c} ‖h_j − a_c‖²: each distance over its class's count in the batch."""
-    counts = torch.bincount(y, minlength=len(anchors)).to(h.dtype)
+def anchor_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
+    """(1/C)·Σ_{c in batch} (1/|B_c|)·Σ_{j∈B_c} ‖h_j − a_c‖²: each distance over its class's count in the batch;
+    with 0/1 weights, over the real samples only (the counts by one-hot sums: bincount does not run under vmap)."""
     squared = ((h - anchors[y]) ** 2).sum(dim=1)
-    return (squared / counts[y]).sum() / len(anchors)
+    if weight is None:
+        counts = torch.bincount(y, minlength=len(anchors)).to(h.dtype)
+        return (squared / counts[y]).sum() / len(anchors)
+    counts = (F.one_hot(y, len(anchors)).to(h.dtype) * weight.unsqueeze(1)).sum(dim=0).clamp(min=1)
+    return (squared * weight / counts[y]).sum() / len(anchors)
 
 
 def classifier_calibration(model: FLModel, anchors: torch.Tensor, lr: float):
@@ -124,14 +139,71 @@ class AnchorMovingAverage:
         self._batches = 0
 
 
+class StackedAnchorEstimate:
+    """AnchorMovingAverage for [K] clients at once (the vectorized engine): per active client, the step's class
+    means of its real samples (weight 1) are added, and its epoch closes after its own number of batches."""
+
+    def __init__(self, global_anchors: torch.Tensor, held: torch.Tensor, lam: float, batches: torch.Tensor):
+        k = len(held)
+        self.anchors = global_anchors.detach().unsqueeze(0).repeat(k, 1, 1)
+        self.held = held.to(self.anchors.device).unsqueeze(2)  # [K, C, 1]
+        self.lam = lam
+        self.batches_per_epoch = batches.to(self.anchors.device)
+        self._sum = torch.zeros_like(self.anchors)
+        self._batches = torch.zeros(k, dtype=torch.long, device=self.anchors.device)
+
+    def after_step(self, h: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, active: torch.Tensor) -> None:
+        member = F.one_hot(y, self.anchors.shape[1]).to(h.dtype) * weight.unsqueeze(2)  # [K, B, C]
+        sums = torch.einsum("kbc,kbd->kcd", member, h.detach())
+        counts = member.sum(dim=1).clamp(min=1)
+        stepped = active > 0
+        self._sum += (sums / counts.unsqueeze(2)) * stepped.reshape(-1, 1, 1)
+        self._batches += stepped.long()
+        self._close(stepped & (self._batches == self.batches_per_epoch))
+
+    def _close(self, ending: torch.Tensor) -> None:
+        """End the epoch of the `ending` clients: â_c ← λ·â_c + (1−λ)·M_c/B on the classes each holds."""
+        mean = self._sum / self._batches.clamp(min=1).reshape(-1, 1, 1).to(self._sum.dtype)
+        update = self.held & ending.reshape(-1, 1, 1)
+        self.anchors = torch.where(update, self.lam * self.anchors + (1 - self.lam) * mean, self.anchors)
+        self._sum = torch.where(ending.reshape(-1, 1, 1), torch.zeros_like(self._sum), self._sum)
+        self._batches = torch.where(ending, torch.zeros_like(self._batches), self._batches)
+
+    def hand_out(self, contexts: list[RoundContext]) -> None:
+        self._close(self._batches > 0)  # a partial last epoch (local_steps), as AnchorMovingAverage.end_epoch
+        for k, ctx in enumerate(contexts):
+            ctx.recorded = self.anchors[k]
+
+
+class StackedCalibration:
+    """classifier_calibration for [K] clients at once: after every step of an active client, one Adam step of
+    CE(φ(A), 0..C−1) on its classifier's weight and bias (the stacked `params`, updated in place)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], anchors: torch.Tensor, lr: float):
+        self.head = {n: p for n, p in params.items() if n in (HEAD_WEIGHT, HEAD_BIAS)}
+        self.optimizer = StackedOptimizer(self.head, TrainSettings(optimizer="adam", lr=lr), lr)
+        labels = torch.arange(len(anchors), device=anchors.device)
+
+        def loss(head: dict[str, torch.Tensor]) -> torch.Tensor:
+            return F.cross_entropy(F.linear(anchors, head[HEAD_WEIGHT], head.get(HEAD_BIAS)), labels)
+
+        self.gradients = vmap(grad(loss))
+
+    def after_step(self, h, y, weight, active: torch.Tensor) -> None:
+        grads = self.gradients(self.head)
+        with torch.no_grad():
+            self.optimizer.step(grads, active)
+
+    def hand_out(self, contexts) -> None:
+        pass
+
+
 # ------------------------------------------------------------------------------------- algorithm
 @register
 class FedFA(Algorithm):
     name = "fedfa"
     keeps_client_state = False
     Params = FedFAParams
-    not_vectorized = ("its anchor estimate (a moving average of the batches' class means) and its classifier "
-                      "calibration (an Adam step after every step) are not yet written functionally")
 
     def init_global(self):
         model = self.new_model()
@@ -155,22 +227,43 @@ class FedFA(Algorithm):
     def round_metrics(self, state, updates, round_idx):
         return anchor_round_metrics(state, updates)
 
+    def local_objective(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        return LocalObjective(start=payload["model"], inputs={"anchors": payload["anchors"].to(ctx.device)})
+
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):
+        """CE + μ·L_fa against the round's anchors (§2.2–2.3)."""
+        return cross_entropy(logits, y, weight) + self.params.mu * anchor_loss(h, y, inputs["anchors"], weight)
+
+    def vectorized_refusal(self) -> str:
+        return ""  # client_update below is the sequential form of the same objective and side computations
+
     def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        p = self.params
-        model = self.working_model(payload["model"], device=ctx.device)
-        anchors = payload["anchors"].to(ctx.device)
+        """The sequential engine, with the anchor estimate fed every batch's features and the calibration after
+        every step."""
+        p, objective = self.params, self.local_objective(payload, data, client_state, ctx)
+        model = self.working_model(objective.start, device=ctx.device)
+        anchors = objective.inputs["anchors"]
         estimate = AnchorMovingAverage(anchors, data.class_counts() > 0, p.lam,
                                        batches_per_epoch(data.num_samples, ctx.train))
-
-        def anchor_term(m, x, y, h, logits):
-            estimate.add(h, y)
-            return p.mu * anchor_loss(h, y, anchors)
-
         calibrate = classifier_calibration(model, anchors, p.calibration_lr) if p.calibrate else None
-        loss = train_supervised(model, data, ctx, extra_loss=anchor_term, after_step=calibrate)
+        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, after_step=calibrate,
+                               recorder=estimate)
         estimate.end_epoch()  # closes a partial last epoch (local_steps); a no-op otherwise
-        distance, norm = feature_anchor_distance(model, data.x, data.y, anchors)
-        stats = {"anchors": estimate.anchors.cpu()} if p.update_anchors else {}
-        metrics = {"train_loss": loss, "feature_anchor_distance": distance, "feature_norm": norm}
-        return ClientUpdate(data.client_id, data.num_samples, tensors=state_of(model), stats=stats,
+        ctx.recorded = estimate.anchors
+        return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
+
+    def step_hooks(self, rounds, params):
+        """The vectorized engine's anchor estimate and calibration (the clients of a round share the anchors)."""
+        p, anchors = self.params, rounds[0].objective.inputs["anchors"]
+        held = torch.stack([r.data.class_counts() > 0 for r in rounds])
+        batches = torch.tensor([batches_per_epoch(r.data.num_samples, r.ctx.train) for r in rounds])
+        hooks = [StackedAnchorEstimate(anchors, held, p.lam, batches)]
+        return hooks + ([StackedCalibration(params, anchors, p.calibration_lr)] if p.calibrate else [])
+
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        model = self.working_model(trained, device=ctx.device)
+        distance, norm = feature_anchor_distance(model, data.x, data.y, payload["anchors"].to(ctx.device))
+        stats = {"anchors": ctx.recorded.cpu()} if self.params.update_anchors else {}
+        metrics = {"train_loss": train_loss, "feature_anchor_distance": distance, "feature_norm": norm}
+        return ClientUpdate(data.client_id, data.num_samples, tensors=trained, stats=stats,
                             metrics=metrics), client_state

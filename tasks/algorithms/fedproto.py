@@ -14,6 +14,10 @@ heterogeneous-model machinery FedSA builds on.
 - Evaluation (§4.3, §10.10, §10.14): every client's private model on its own test split, sample-weighted, by
   "head" (argmax of its head), "proto" (nearest global prototype, the code's rule) and, in FedSA, "anchor".
   The HEADLINE "acc" is "proto", the rule the code reports; before the first aggregation it scores 0.
+
+Engines: the loss is a `local_loss`, and the features met in training are recorded by whichever engine trains
+(`LocalObjective.record_seen`), so FedProto trains on the vectorized engine too, one batch of clients per
+architecture (`model_key`); a family member with BatchNorm or dropout keeps it on the sequential one.
 """
 from __future__ import annotations
 
@@ -28,14 +32,16 @@ from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
     HyperParams,
+    LocalObjective,
     RoundContext,
+    batch_mean,
+    cross_entropy,
     evaluating,
     searchable,
     state_of,
-    train_supervised,
 )
+from tasks.algorithms.engines import model_refusal
 from tasks.algorithms.prototypes import (
-    ClassMeans,
     mean_nearest_neighbour_distance,
     mean_of_present,
     nearest_prototype,
@@ -43,8 +49,6 @@ from tasks.algorithms.prototypes import (
 from tasks.algorithms.registry import register
 from tasks.models import MODELS, FLModel
 from tasks.models.family import MODEL_FAMILIES, family_member
-
-Regulariser = Callable[[FLModel, torch.Tensor, torch.Tensor], torch.Tensor]  # (model, h, y) -> loss term
 
 
 class PrivateModelParams(HyperParams):
@@ -64,10 +68,18 @@ class FedProtoParams(PrivateModelParams):
                             description="λ: weight of MSE(f, P̄^y) (10 in the FedSA scripts, 0.1 in FedNH's)")
 
 
-def fedproto_loss(h: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def mse_over_batch_and_dim(h: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """F.mse_loss(h, target); with 0/1 weights, over the real samples only (base.batch_mean)."""
+    if weight is None:
+        return F.mse_loss(h, target)
+    return batch_mean(((h - target) ** 2).mean(dim=1), weight)
+
+
+def fedproto_loss(h: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, mask: torch.Tensor,
+                  weight: torch.Tensor | None = None) -> torch.Tensor:
     """MSE(h, P̄^y) over batch and D, where a class without a global prototype targets the feature itself."""
     target = torch.where(mask[y].unsqueeze(1), prototypes[y], h.detach())
-    return F.mse_loss(h, target)
+    return mse_over_batch_and_dim(h, target, weight)
 
 
 def rows_by_class(stats: dict, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,13 +96,11 @@ class FedProto(Algorithm):
     Params = FedProtoParams
     personalized = True
     has_global_model = False
-    not_vectorized = ("its uploaded prototypes are the features met during training, gathered as the model "
-                      "changes; FedSA's private heterogeneous models also train apart")
 
     def __init__(self, params, setup):
         super().__init__(params, setup)
-        dims = {a: self.private_model(a).feature_dim for a in sorted({self.architecture(i)
-                                                                      for i in range(setup.num_clients)})}
+        self.architectures = sorted({self.architecture(i) for i in range(setup.num_clients)})
+        dims = {a: self.private_model(a).feature_dim for a in self.architectures}
         if len(set(dims.values())) != 1:
             raise ValueError(f"{self.name}: the clients' models must share one feature_dim, got {dims}")
         self.feature_dim = next(iter(dims.values()))
@@ -117,6 +127,15 @@ class FedProto(Algorithm):
             model.load_state_dict(state)
         return model
 
+    def working_model(self, state=None, key="global", device=None) -> FLModel:
+        """An architecture's model where `key` names one (the engines' model_key), else the base's."""
+        if key in self.architectures:
+            return self.private_model(key, state, device)
+        return super().working_model(state, key, device)
+
+    def vectorized_refusal(self) -> str:
+        return next(filter(None, (model_refusal(self.private_model(a)) for a in self.architectures)), "")
+
     # ------------------------------------------------------------------ server half
     def init_global(self):
         return {"protos": torch.zeros(self.num_classes, self.feature_dim),
@@ -141,24 +160,24 @@ class FedProto(Algorithm):
         arch = self.architecture(data.client_id)
         return {"model": state_of(self.new_model(name=arch, options=self.member_options(arch)))}
 
-    def regulariser(self, payload, client_state, device) -> Regulariser:
-        protos, mask, lam = payload["protos"].to(device), payload["proto_mask"].to(device), self.params.lam
-        return lambda model, h, y: lam * fedproto_loss(h, y, protos, mask)
+    def local_objective(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        inputs = {k: payload[k].to(ctx.device) for k in ("protos", "proto_mask")}
+        return LocalObjective(start=client_state["model"], inputs=inputs, model_key=self.architecture(data.client_id),
+                              record_seen=True)  # the prototypes are the features met in training (§4.2 step 4)
 
-    def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
-        model = self.private_model(self.architecture(data.client_id), client_state["model"], ctx.device)
-        seen = ClassMeans(self.num_classes, self.feature_dim)
-        regulariser = self.regulariser(payload, client_state, ctx.device)
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):
+        return cross_entropy(logits, y, weight) + self.regularisation(params, h, y, inputs, weight)
 
-        def extra_loss(model, x, y, h, logits):
-            seen.add(h, y)  # the prototypes are the features met during training, as they change (§4.2 step 4)
-            return regulariser(model, h, y)
+    def regularisation(self, params, h, y, inputs, weight=None):
+        """λ·MSE(f, P̄^y) (Eq. 4): the term added to the cross-entropy."""
+        return self.params.lam * fedproto_loss(h, y, inputs["protos"], inputs["proto_mask"], weight)
 
-        loss = train_supervised(model, data, ctx, extra_loss=extra_loss)
+    def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
+        seen = ctx.recorded
         held = seen.counts > 0
         stats = {"protos": seen.means()[held].float(), "counts": seen.counts.float()}
-        update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": loss})
-        return update, {**client_state, "model": state_of(model)}
+        update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": train_loss})
+        return update, {**client_state, "model": trained}
 
     # ------------------------------------------------------------------ personalized evaluation
     def prediction_rules(self, payload) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:

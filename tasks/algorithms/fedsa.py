@@ -15,6 +15,9 @@ only, unweighted per-class aggregation, the three evaluation rules), plus:
   L_MCL (Eq. 7) to the batch's class means instead (the paper's literal form). λ2 = 0 and λ3 = 0 are the
   Table 4 ablations.
 - The payload holds only the anchors and the global prototypes (nearest-prototype evaluation needs them).
+Engines: per-sample (the default), the loss is FedProto's `local_loss` with FedSA's terms, so it trains on the
+vectorized engine; `per_sample: false` stays on the sequential one, since the batch's class means have as many
+rows as the batch has classes (torch.unique), a shape that differs from client to client under vmap.
 Evaluation: "acc" = nearest global prototype (the code's rule), with "head" and "anchor" (nearest anchor) also
 reported (§10.14).
 """
@@ -25,8 +28,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from tasks.algorithms.base import derive_seed, searchable
-from tasks.algorithms.fedproto import FedProto, PrivateModelParams
+from tasks.algorithms.base import cross_entropy, derive_seed, searchable
+from tasks.algorithms.fedproto import FedProto, PrivateModelParams, mse_over_batch_and_dim
 from tasks.algorithms.prototypes import (
     euclidean_distances,
     mean_nearest_neighbour_distance,
@@ -35,6 +38,7 @@ from tasks.algorithms.prototypes import (
 from tasks.algorithms.registry import register
 
 ANCHOR_STREAM = 0xA7C
+HEAD_WEIGHT, HEAD_BIAS = "classifier.weight", "classifier.bias"  # every family member's head is an nn.Linear
 
 
 class FedSAParams(PrivateModelParams):
@@ -64,22 +68,26 @@ def semantic_anchors(num_classes: int, dim: int, seed: int, embed: bool = True) 
 
 
 # ------------------------------------------------------------------------------------------- losses
-def anchor_regularisation(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, per_sample: bool = True) -> torch.Tensor:
+def anchor_regularisation(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, per_sample: bool = True,
+                          weight: torch.Tensor | None = None) -> torch.Tensor:
     """L_R: MSE(h, Ā^y) over batch and D (the code), or Σ_c ‖P^c − Ā^c‖ on class means (Eq. 5)."""
     if per_sample:
-        return F.mse_loss(h, anchors[y])
+        return mse_over_batch_and_dim(h, anchors[y], weight)
     return (h - anchors[y]).norm(dim=1).sum()
 
 
-def margin_contrastive_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin: float) -> torch.Tensor:
+def margin_contrastive_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin: float | torch.Tensor,
+                            weight: torch.Tensor | None = None) -> torch.Tensor:
     """L_MCL (Eq. 7): softmax over −‖h − Ā^c‖ for all C anchors, the margin added to the true class's distance."""
     dist = euclidean_distances(h, anchors)
-    return F.cross_entropy(-(dist + margin * F.one_hot(y, len(anchors))), y)
+    return cross_entropy(-(dist + margin * F.one_hot(y, len(anchors))), y, weight)
 
 
-def classifier_calibration_loss(head: nn.Module, anchors: torch.Tensor) -> torch.Tensor:
-    """L_CC (Eq. 8): the C anchors as one labelled sample per class through the head."""
-    return F.cross_entropy(head(anchors), torch.arange(len(anchors), device=anchors.device))
+def classifier_calibration_loss(head: nn.Module | dict, anchors: torch.Tensor) -> torch.Tensor:
+    """L_CC (Eq. 8): the C anchors as one labelled sample per class through the head (a Linear module, or the
+    model's parameters by name: the engines' functional form)."""
+    logits = head(anchors) if isinstance(head, nn.Module) else F.linear(anchors, head[HEAD_WEIGHT], head.get(HEAD_BIAS))
+    return F.cross_entropy(logits, torch.arange(len(anchors), device=anchors.device))
 
 
 def batch_class_means(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,24 +134,33 @@ class FedSA(FedProto):
     def init_client(self, data):
         return {**super().init_client(data), "local_margin": 0.0}
 
-    def regulariser(self, payload, client_state, device):
-        p, anchors = self.params, payload["anchors"].to(device)
+    def vectorized_refusal(self) -> str:
+        if not self.params.per_sample:
+            return ("per_sample: false applies L_R and L_MCL to the batch's class means, whose number (the batch's "
+                    "classes) differs from client to client")
+        return super().vectorized_refusal()
+
+    def local_objective(self, payload, data, client_state, ctx):
+        objective = super().local_objective(payload, data, client_state, ctx)
         margin = client_margin(payload["anchors"], client_state["local_margin"])
+        objective.inputs.update(anchors=payload["anchors"].to(ctx.device),
+                                margin=torch.tensor(margin, device=ctx.device))
+        return objective
 
-        def loss(model, h, y):
-            if not p.per_sample:
-                h, y = batch_class_means(h, y)
-            total = p.lambda1 * anchor_regularisation(h, y, anchors, p.per_sample)
-            if p.lambda2:
-                total = total + p.lambda2 * margin_contrastive_loss(h, y, anchors, margin)
-            if p.lambda3:
-                total = total + p.lambda3 * classifier_calibration_loss(model.classifier, anchors)
-            return total
+    def regularisation(self, params, h, y, inputs, weight=None):
+        """λ1·L_R + λ2·L_MCL + λ3·L_CC (Eq. 9)."""
+        p, anchors = self.params, inputs["anchors"]
+        if not p.per_sample:
+            h, y = batch_class_means(h, y)
+        total = p.lambda1 * anchor_regularisation(h, y, anchors, p.per_sample, weight)
+        if p.lambda2:
+            total = total + p.lambda2 * margin_contrastive_loss(h, y, anchors, inputs["margin"], weight)
+        if p.lambda3:
+            total = total + p.lambda3 * classifier_calibration_loss(params, anchors)
+        return total
 
-        return loss
-
-    def client_update(self, payload, data, client_state, ctx):
-        update, state = super().client_update(payload, data, client_state, ctx)
+    def client_result(self, trained, train_loss, payload, data, client_state, ctx):
+        update, state = super().client_result(trained, train_loss, payload, data, client_state, ctx)
         return update, {**state, "local_margin": mean_nearest_neighbour_distance(update.stats["protos"])}
 
     def prediction_rules(self, payload):

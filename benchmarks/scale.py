@@ -6,8 +6,8 @@ evaluation; a round after a checkpoint has that checkpoint's seconds taken off),
 together (the driver, Ray's GCS and raylet, the coordinator and the client actors; summed PSS), and the seconds
 per checkpoint (timed in the coordinator; one every 2 rounds, so each covers the 200 clients trained since the
 previous one). Personalized evaluation covers a seeded sample of 100 clients, at the last round only; client
-states stay resident up to `resources.resident_clients` (the default). Synthetic 8×8 images (20 per client),
-IID, the digits MLP, 1 local epoch. Each (method, size) runs in a fresh process with its own Ray instance.
+states stay resident up to `resources.resident_clients` (the default). Synthetic 8×8 images (20 per client,
+and a global test set of 5,000 at every size), IID, the digits MLP, 1 local epoch. Each (method, size) runs in a fresh process with its own Ray instance.
 
     python -m benchmarks.scale [--algorithm fedavg] [--clients 1000 --clients 100000] [--rounds 7]
     mooring bench scale [--size 1000/100 --size 100000/100] [--rounds 7]
@@ -42,10 +42,17 @@ CHECKPOINT_EVERY = 2
 EVALUATED = 100  # eval.personalized_clients
 
 
+TRAIN_PER_CLIENT, GLOBAL_TEST = 20, 5_000
+
+
 def setting(size: str, algorithm: str, rounds: int, tmp: str) -> list[str]:
+    """20 samples per client (16 to train, 4 its own test) and a global test set of 5,000 whatever the clients
+    (at 1,000 clients: the 25,000 samples and 20 % test of the earlier 1,000-client table)."""
     clients, per_round = (int(n) for n in size.split("/"))
+    samples = clients * TRAIN_PER_CLIENT + GLOBAL_TEST
     return [
-        "data.dataset=synthetic", f"data.synthetic.num_samples={clients * 25}", "data.test_fraction=0.2",
+        "data.dataset=synthetic", f"data.synthetic.num_samples={samples}",
+        f"data.test_fraction={GLOBAL_TEST / samples:.12f}",
         f"data.num_clients={clients}", "data.partition.kind=iid", "data.client_test_fraction=0.2",
         f"train.clients_per_round={per_round}", f"train.rounds={rounds}", "train.local_epochs=1",
         "train.batch_size=20", "eval.every=100000", f"eval.personalized_clients={min(EVALUATED, clients)}",

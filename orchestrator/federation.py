@@ -130,7 +130,9 @@ class ClientHost:
         return state
 
     def _keep_state(self, cid: int, state, round_idx: int) -> None:
-        if cid in self.hosted:
+        """A method without client state is given back the state it started from (an empty one): nothing to write,
+        so 100,000 clients of FedAvg leave no file each behind."""
+        if cid in self.hosted and self.algorithm.keeps_client_state:
             self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
 
     def _context(self, cid: int, round_idx: int, seed_torch: bool = True) -> RoundContext:

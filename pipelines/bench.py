@@ -101,7 +101,7 @@ def measure_options(name: str, args) -> list[dict]:
         given = {"repeats": args.repeats, "mooring_overrides": given["mooring_overrides"]}
         return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
     if name == "scale":
-        given = {"sizes": tuple(args.size) if args.size else None, "rounds": args.rounds}
+        given = {"sizes": tuple(args.size) if args.size else None, "rounds": args.rounds, "repeats": args.repeats}
         return [{k: v for k, v in given.items() if v is not None}]
     if name == "ui":
         return [{"repeats": args.repeats} if args.repeats else {}]

@@ -114,6 +114,14 @@ def test_one_resident_state_gives_the_history_of_all_in_memory(tmp_path, name, e
     assert on_disk == trained and len(trained) < 5  # a client that never trained has no state on disk
 
 
+def test_a_method_without_client_state_writes_none(tmp_path):
+    cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path / 'p'}"])  # FedAvg
+    data = prepare_data(cfg)
+    states = tmp_path / "states"
+    assert run_in_process(cfg, data, states_dir=str(states)) == run_in_process(cfg, data)
+    assert not states.exists() or not any(states.iterdir())
+
+
 def sample(cfg, round_idx: int) -> list[int]:
     from orchestrator.federation import sample_clients
 

@@ -96,7 +96,7 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     actor = ClientActor.remote(cfg, [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
     assert ray.get(actor.ping.remote()) is False  # alive, not loaded: a call now answers None
     assert ray.get(actor.call_many.remote("update", None, [0], 0)) is None
-    ray.get(actor.load.remote([ray.put(data)]))
+    ray.get(actor.load.remote([ray.put(data)], 0))
     assert ray.get(actor.ping.remote()) is True
     payload = server.algorithm.payload(server.state, 0)
     results, errors, _seconds = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere

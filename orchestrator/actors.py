@@ -292,6 +292,10 @@ class CoordinatorActor:
     def checkpoint(self) -> str:
         """The server's snapshot and the client state files written since the previous checkpoint (the client
         states themselves are in the run directory already: orchestrator/client_store.py)."""
+        with self.server.phases("checkpoint"):
+            return self._checkpoint()
+
+    def _checkpoint(self) -> str:
         for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
             self._await_ready(idx)
         until = self.server.round

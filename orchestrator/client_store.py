@@ -14,6 +14,10 @@ actor needs does not grow with its number of clients. The versions are what make
 - a client's older versions are deleted as it writes new ones, and at checkpoints, unless a checkpoint stands on
   them or the round in progress read them.
 
+A checkpoint's work here is proportional to the clients written since the previous one, not to every client
+that ever trained: the store indexes its versions by round, and remembers which clients it wrote since it last
+pruned (only those can have a version to delete while the checkpoints kept only grow).
+
 Without a directory (a run in one process with no run directory) the states just stay in memory.
 A client that has never trained has no state here: its host starts it from `init_client`.
 """
@@ -53,6 +57,9 @@ class ClientStateStore:
         self.cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # client -> (version, state), LRU order
         self.versions: dict[int, list[int]] = {}  # client -> the versions on disk, ascending
         self.entries: dict[tuple[int, int], dict[str, Any]] = {}  # (client, version) -> size, sha256 as written
+        self.by_round: dict[int, set[int]] = {}  # version -> the clients with that version on disk
+        self.unpruned: set[int] = set()  # clients that may have a version to delete at the next `prune`
+        self.pruned_until: int | None = None  # `until` of the last `prune`
         if directory is not None:
             self._load(set(client_ids) if client_ids is not None else None, upto)
 
@@ -66,8 +73,10 @@ class ClientStateStore:
                 storage.delete_file(storage.join(self.directory, name))
             else:
                 self.versions.setdefault(cid, []).append(rounds)
+                self.by_round.setdefault(rounds, set()).add(cid)
         for rounds in self.versions.values():
             rounds.sort()
+        self.unpruned = set(self.versions)  # versions left by an actor that died: any may be stale
 
     # ------------------------------------------------------------------ dict-like access
     def get(self, cid: int, upto: int | None = None) -> Any | None:
@@ -91,6 +100,8 @@ class ClientStateStore:
             versions = self.versions.setdefault(cid, [])
             if rounds not in versions:
                 bisect.insort(versions, rounds)
+                self.by_round.setdefault(rounds, set()).add(cid)
+            self.unpruned.add(cid)
             self._prune_client(cid, rounds - 1)  # the version this round started from stays until it ends
         self._keep(cid, rounds, state)
 
@@ -115,9 +126,13 @@ class ClientStateStore:
     def changed(self, since: int | None, until: int) -> dict[int, dict[str, Any]]:
         """{client: {"round", "size", "sha256"}} of each client whose state after `until` rounds was written
         after round `since` (None: at all): what a checkpoint of round `until` records, the previous one being
-        of round `since`."""
+        of round `since`. Only the clients with a version written in rounds since+1..until are looked at."""
+        if since is None:
+            candidates: set[int] = set(self.versions)
+        else:
+            candidates = set().union(*(self.by_round.get(r, ()) for r in range(since + 1, until + 1)))
         out: dict[int, dict[str, Any]] = {}
-        for cid in sorted(self.versions):
+        for cid in sorted(candidates):
             version = self.version(cid, until)
             if version is not None and version >= 0 and (since is None or version > since):
                 out[cid] = {"round": version, **self._entry(cid, version)}
@@ -125,9 +140,19 @@ class ClientStateStore:
 
     def prune(self, keep: list[int], until: int) -> int:
         """With `keep` the rounds of the run's checkpoints now, delete every version nothing reads any more.
-        Returns how many files were deleted."""
+        Returns how many files were deleted.
+
+        While the checkpoints kept only grow and `until` does not go back, a client not written since the last
+        prune has nothing to delete (every version it has was needed then, and still is), so only the clients
+        written since are looked at; otherwise every client is."""
+        grows = set(self.keep) <= set(keep) and (self.pruned_until is None or until >= self.pruned_until)
         self.keep = list(keep)
-        return sum(self._prune_client(cid, until) for cid in list(self.versions))
+        cids = sorted(self.unpruned) if grows else list(self.versions)
+        deleted = sum(self._prune_client(cid, until) for cid in cids)
+        # a version after `until` is needed now but may not be at the next prune
+        self.unpruned = {cid for cid in cids if self.versions[cid] and self.versions[cid][-1] > until}
+        self.pruned_until = until
+        return deleted
 
     def _prune_client(self, cid: int, until: int) -> int:
         """Delete the client's versions but its newest up to each checkpoint's round and up to `until` (the
@@ -140,6 +165,7 @@ class ClientStateStore:
             storage.delete_file(self.path(cid, version))
             self.entries.pop((cid, version), None)
             versions.remove(version)
+            self.by_round[version].discard(cid)
         return len(stale)
 
     def _entry(self, cid: int, version: int) -> dict[str, Any]:

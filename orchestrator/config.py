@@ -234,7 +234,7 @@ class ResourcesConfig(Strict):
     max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
     actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
     resident_clients: int | None = Field(
-        1024, ge=1, description="client states a client actor keeps in memory (least recently used out first); "
+        1024, ge=1, description="client states (and data shards) a client actor keeps in memory (least recently used out first); "
         "every state is also written to the run directory when its client's round ends and read back from there "
         "when it is sampled again; null: keep all in memory")
     partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "

@@ -521,6 +521,9 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
                 parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
             with phases("start: data into the object store"):
                 data_ref = ray.put(data)
+            # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)
+            del data
+            data_ready = None
             with phases("start: client actors ready and loaded"):
                 ray.get(coordinator.start.remote([data_ref], snapshot))
             with phases("start: wait for MLflow"):

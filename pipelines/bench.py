@@ -30,7 +30,7 @@ def configure(parser) -> None:
     parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"],
                         help="tiny (many clients of one or two steps against a plain PyTorch loop), whole-run (a "
                              "whole `mooring run` against the loop's whole process), overhead (heavy clients against "
-                             "the loop), scale (1,000 clients against 100), states (a bounded client-state store against all "
+                             "the loop), scale (100,000 clients against 1,000: FedAvg, FedSA, MOON), states (a bounded client-state store against all "
                              "states in memory), gpu (client actors sharing one GPU; "
                              "skipped without CUDA), engine (the vectorized engine against the sequential one on one device, "
                              "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), ui (`mooring ui` against `mlflow server`: seconds to the "
@@ -38,10 +38,11 @@ def configure(parser) -> None:
     parser.add_argument("--out", default=None, metavar="MARKDOWN",
                         help="update this markdown file's section for each benchmark")
     parser.add_argument("--size", action="append", type=client_size, metavar="CLIENTS/PER_ROUND",
-                        help="tiny, whole-run, engine: clients and clients per round, repeatable (default: 1000/100 "
-                             "and 100/10; whole-run and engine take the first; engine's default: 100/100)")
+                        help="tiny, whole-run, engine, scale: clients and clients per round, repeatable (default: 1000/100 "
+                             "and 100/10; whole-run and engine take the first; engine's default: 100/100; scale's: "
+                             "1000/100 and 100000/100, the first the baseline)")
     parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); engine: timed rounds per engine after "
-                             "a warm-up one (default 2)")
+                             "a warm-up one (default 2); scale: rounds per run (default 7, at least 4)")
     parser.add_argument("--samples", type=positive_int, default=None,
                         help="engine: samples per client (default 200)")
     parser.add_argument("--repeats", type=positive_int, default=None, help="runs of each row, the fastest counting")
@@ -99,6 +100,9 @@ def measure_options(name: str, args) -> list[dict]:
     if name == "overhead":
         given = {"repeats": args.repeats, "mooring_overrides": given["mooring_overrides"]}
         return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
+    if name == "scale":
+        given = {"sizes": tuple(args.size) if args.size else None, "rounds": args.rounds, "repeats": args.repeats}
+        return [{k: v for k, v in given.items() if v is not None}]
     if name == "ui":
         return [{"repeats": args.repeats} if args.repeats else {}]
     if name == "engine":

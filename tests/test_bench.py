@@ -83,6 +83,21 @@ def test_bench_refuses_a_malformed_size_in_one_line(tmp_path):
     assert out.returncode == 2 and "expected CLIENTS/PER_ROUND" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_scale_benchmark_refuses_too_few_rounds_in_one_line(tmp_path):
+    out = bench(tmp_path, "scale", "--rounds", "3")
+    assert out.returncode != 0 and "at least 4" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_scale_benchmark_takes_each_checkpoint_off_the_round_that_waited_for_it():
+    from benchmarks.scale import steady_round_seconds
+
+    # a checkpoint after every round: rounds 2 to 5 each waited for the one before them (round 1 and the last,
+    # which also evaluates, are left out)
+    rounds, checkpoints = [9.0, 1.5, 1.25, 1.5, 3.0], [0.5, 0.25, 0.5, 0.5, 0.1]
+    assert steady_round_seconds(rounds, checkpoints, every=1) == 1.0
+    assert steady_round_seconds([9.0, 1.0, 1.5, 1.0, 3.0], [0.5, 7.0], every=2) == 1.0  # round 3 waited for round 2's
+
+
 def test_engine_benchmark_reports_both_engines_and_their_ratio(tmp_path):
     """One process, no Ray: vectorized against sequential on this machine's device, at a tiny size."""
     cwd = tmp_path / "cwd"

@@ -66,6 +66,26 @@ def test_old_versions_go_unless_a_checkpoint_names_them(tmp_path):
     assert files(tmp_path) == ["c0.r000002.pt", "c0.r000005.pt"]
 
 
+def test_a_checkpoint_looks_only_at_the_clients_written_since_the_last_one(tmp_path):
+    """Pruning and listing the changed states at a checkpoint visit the clients written since the previous
+    checkpoint, yet delete and list exactly what a store that looks at every client (a fresh one, loaded from
+    the same directory) does."""
+    import random
+
+    rng, store, keep = random.Random(0), ClientStateStore(str(tmp_path), resident=2), []
+    for rounds in range(1, 13):
+        for cid in rng.sample(range(40), 5):
+            store.put(cid, state(rounds), rounds)
+        if rounds % 3 == 0:
+            since, keep = (keep[-1] if keep else None), keep + [rounds]
+            store.prune(keep, rounds)
+            assert store.unpruned == set()  # the next checkpoint starts from the clients written after this one
+            full = ClientStateStore(str(tmp_path), resident=2, keep=keep)
+            assert full.prune(keep, rounds) == 0  # nothing left that looking at every client would delete
+            assert store.changed(since, rounds) == full.changed(since, rounds)
+            assert len(store.changed(since, rounds)) <= 15  # 3 rounds × 5 clients, of 40
+
+
 def files(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
@@ -92,6 +112,14 @@ def test_one_resident_state_gives_the_history_of_all_in_memory(tmp_path, name, e
     on_disk = {int(p.name.split(".")[0][1:]) for p in states.iterdir()}
     trained = {c for r in range(2) for c in sample(cfg, r)}
     assert on_disk == trained and len(trained) < 5  # a client that never trained has no state on disk
+
+
+def test_a_method_without_client_state_writes_none(tmp_path):
+    cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path / 'p'}"])  # FedAvg
+    data = prepare_data(cfg)
+    states = tmp_path / "states"
+    assert run_in_process(cfg, data, states_dir=str(states)) == run_in_process(cfg, data)
+    assert not states.exists() or not any(states.iterdir())
 
 
 def sample(cfg, round_idx: int) -> list[int]:

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from orchestrator import checkpoint as ckpt
 from orchestrator.client_store import ClientStateStore, states_dir
@@ -215,8 +215,8 @@ class CoordinatorActor:
             actor_idx, group, attempt = pending.pop(done[0])
             try:
                 answer = ray.get(done[0])
-            except RayActorError:
-                answer = None  # died during the call
+            except (RayActorError, ObjectLostError):
+                answer = None  # died during the call, or its answer was lost with its node
             if answer is None:  # died, or restarted since the last call
                 if attempt == 0 and self._await_ready(actor_idx):
                     pending[self._call(actor_idx, method, payload_ref, group, round_idx)] = (actor_idx, group, 1)

@@ -25,7 +25,6 @@ from orchestrator.federation import (
     Server,
     accuracies_on_test_sets,
     client_costs,
-    sum_updates,
 )
 
 
@@ -63,9 +62,7 @@ class ClientActor:
         if self.host is None:
             return None
         start = time.perf_counter()
-        results, errors = self.host.call_many("update" if method == SUMMED else method, payload, cids, round_idx)
-        if method == SUMMED:  # one partial sum goes back instead of every client's model
-            results = sum_updates(results)
+        results, errors = self.host.call_many(method, payload, cids, round_idx)
         return results, errors, time.perf_counter() - start
 
     def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:

@@ -151,40 +151,65 @@ class ClientHost:
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
 
-    def update_many(self, payload, cids: list[int], round_idx: int,
-                    errors: dict[int, str] | None = None) -> dict[int, ClientUpdate]:
+    def update_many(self, payload, cids: list[int], round_idx: int, errors: dict[int, str] | None = None,
+                    summed: bool = False) -> dict[int, Any]:
         """The round's updates of `cids`: one after another (sequential), or trained together, one batch of
         clients per architecture (vectorized). With `errors`, a client that fails before or after training is
-        left out and its error recorded there; without, it raises."""
+        left out and its error recorded there; without, it raises. `summed` (resources.partial_sums): the updates
+        come back without their models, and one `PartialSum` per batch of them under PARTIAL_SUMS."""
         if self.engine == "sequential":
-            return {cid: self.update(payload, cid, round_idx) for cid in cids}
-
-        def guarded(cid: int, work):
-            if errors is None:
-                return work()
-            try:
-                return work()
-            except Exception as err:  # noqa: BLE001 - reported per client
-                errors[cid] = one_line(err)
-                return None
-
+            updates = {cid: self.update(payload, cid, round_idx) for cid in cids}
+            return sum_updates(updates) if summed else updates
         start = time.perf_counter()
-        rounds: dict[Any, list[tuple[int, ClientRound]]] = {}
-        for cid in cids:
-            prepared = guarded(cid, lambda cid=cid: self._client_round(payload, cid, round_idx))
-            if prepared is not None:
-                rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
-        updates: dict[int, ClientUpdate] = {}
-        for key, group in rounds.items():
-            trained = train_vectorized(self.algorithm, self.algorithm.working_model(key=key), [r for _, r in group])
-            for (cid, r), result in zip(group, trained):
-                update = guarded(cid, lambda cid=cid, r=r, result=result: self._finish(payload, cid, r, result))
+        updates, partials = {}, []
+        for key, group in self._prepared_rounds(payload, cids, round_idx, errors).items():
+            batch = train_vectorized(self.algorithm, self.algorithm.working_model(key=key), [r for _, r in group])
+            if summed and self._sums_stacked():
+                partial, summed_updates = self._summed_batch(group, batch)
+                partials.append(partial)
+                updates.update(summed_updates)
+                continue
+            for (cid, r), result in zip(group, batch.each()):
+                update = guarded(errors, cid, lambda cid=cid, r=r, result=result: self._finish(payload, cid, r, result))
                 if update is not None:
                     updates[cid] = update
         seconds = (time.perf_counter() - start) / max(1, len(cids))  # the clients' share of the batch's time
         for update in updates.values():
             update.metrics.setdefault("seconds", seconds)
-        return {cid: updates[cid] for cid in cids if cid in updates}
+        ordered = {cid: updates[cid] for cid in cids if cid in updates}
+        if not summed:
+            return ordered
+        if self._sums_stacked():
+            return {**ordered, PARTIAL_SUMS: partials}
+        return sum_updates(ordered)
+
+    def _prepared_rounds(self, payload, cids: list[int], round_idx: int,
+                         errors: dict[int, str] | None) -> dict[Any, list[tuple[int, ClientRound]]]:
+        """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""
+        rounds: dict[Any, list[tuple[int, ClientRound]]] = {}
+        for cid in cids:
+            prepared = guarded(errors, cid, lambda cid=cid: self._client_round(payload, cid, round_idx))
+            if prepared is not None:
+                rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
+        return rounds
+
+    def _sums_stacked(self) -> bool:
+        """Whether a partial sum can be taken straight from the stacked trained models: the method sends its
+        trained model as it is (FedAvg's client_result) and keeps no client state."""
+        kind = type(self.algorithm)
+        return kind.client_result is Algorithm.client_result and not self.algorithm.keeps_client_state
+
+    @staticmethod
+    def _summed_batch(group: list[tuple[int, ClientRound]], batch) -> tuple[PartialSum, dict[int, ClientUpdate]]:
+        """One batch's partial sum, and its clients' updates without models, as FedAvg's client_result and
+        `sum_updates` would make them."""
+        sizes = [r.data.num_samples for _, r in group]
+        sums, buffers = batch.weighted_sum([float(n) for n in sizes])
+        model_bytes = sum(t[0].numel() * t.element_size() for t in batch.stacked.values()) * len(group)
+        partial = PartialSum(min(cid for cid, _ in group), float(sum(sizes)), sums, buffers, model_bytes)
+        updates = {cid: ClientUpdate(cid, n, metrics={"train_loss": loss})
+                   for (cid, _), n, loss in zip(group, sizes, batch.losses)}
+        return partial, updates
 
     def _client_round(self, payload, cid: int, round_idx: int) -> ClientRound:
         data = self._data(cid)
@@ -204,9 +229,12 @@ class ClientHost:
         vectorized engine a failed batch of updates fails its clients together."""
         results: dict[int, Any] = {}
         errors: dict[int, str] = {}
-        if method == "update" and self.engine != "sequential":
+        if method == SUMMED and self.engine == "sequential":
+            results, errors = self.call_many("update", payload, cids, round_idx)
+            return sum_updates(results), errors
+        if method in ("update", SUMMED) and self.engine != "sequential":
             try:
-                return self.update_many(payload, cids, round_idx, errors), errors
+                return self.update_many(payload, cids, round_idx, errors, summed=method == SUMMED), errors
             except Exception as err:  # noqa: BLE001 - training failed: its clients fail together, the actor goes on
                 return {}, {**{cid: one_line(err) for cid in cids}, **errors}
         calls = {"pre_round": self.pre_round, "update": self.update, "evaluate": self.evaluate,
@@ -258,6 +286,17 @@ class ClientHost:
 
     def ping(self) -> bool:
         return True
+
+
+def guarded(errors: dict[int, str] | None, cid: int, work):
+    """work(), or None with its error recorded under `cid` in `errors`; without `errors`, an error raises."""
+    if errors is None:
+        return work()
+    try:
+        return work()
+    except Exception as err:  # noqa: BLE001 - reported per client
+        errors[cid] = one_line(err)
+        return None
 
 
 def one_line(err: Exception) -> str:
@@ -380,7 +419,7 @@ CallClients = Callable[[str, Any, list[int], int], tuple[dict[int, Any], list[in
 def in_process_calls(host: ClientHost) -> CallClients:
     def call(method: str, payload, cids: list[int], round_idx: int):
         if method == SUMMED:
-            return sum_updates(host.update_many(payload, cids, round_idx)), []
+            return host.update_many(payload, cids, round_idx, summed=True), []
         if method == "update":
             return host.update_many(payload, cids, round_idx), []
         return {c: getattr(host, method)(payload, c, round_idx) for c in cids}, []

@@ -215,3 +215,49 @@ def test_fedsa_on_class_means_stays_sequential(tmp_path):
     assert choose_engine("auto", algorithm) == "sequential"
     with pytest.raises(ValueError, match="vectorized cannot train fedsa: per_sample: false"):
         choose_engine("vectorized", algorithm)
+
+
+def test_stacked_batches_pad_to_the_longest_real_batch_by_hand(tmp_path):
+    """Two clients of 3 and 1 samples, batch 2, 1 epoch: client 0 takes batches of 2 then 1, client 1 one of 1;
+    B = 2, S = 2; padding repeats the client's first sample with weight 0; client 1 is inactive at step 2."""
+    from tasks.algorithms.base import ClientData, RoundContext, batch_indices, seeded_generator
+    from tasks.algorithms.engines import ClientRound, stacked_batches
+
+    train = tiny(tmp_path, "train.batch_size=2", "train.local_epochs=1")
+    settings = ClientHost(train, prepare_data(train), [0]).train
+    clients = [ClientData(0, torch.tensor([[10.0], [11.0], [12.0]]), torch.tensor([0, 1, 2]), torch.zeros(0, 1),
+                          torch.zeros(0, dtype=torch.long), 3),
+               ClientData(1, torch.tensor([[20.0]]), torch.tensor([5]), torch.zeros(0, 1),
+                          torch.zeros(0, dtype=torch.long), 6)]
+    rounds = [ClientRound(d, RoundContext(0, 0, settings, seeded_generator(7, d.client_id)), None) for d in clients]
+    x, y, weight, active, steps = stacked_batches(rounds, settings, "cpu")
+    order = batch_indices(3, settings, seeded_generator(7, 0))  # client 0's own draw: [2 samples], [1 sample]
+    assert x.shape == (2, 2, 2, 1) and torch.equal(steps, torch.tensor([2.0, 1.0], dtype=torch.float64))
+    assert torch.equal(x[0, 0, :, 0], 10.0 + order[0].float()) and torch.equal(x[1, 0, 0, 0:1], 10.0 + order[1].float())
+    assert torch.equal(weight, torch.tensor([[[1.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 0.0]]]))
+    assert torch.equal(active, torch.tensor([[1.0, 1.0], [1.0, 0.0]]))
+    assert x[1, 0, 1, 0] == 10.0 and x[1, 1, 0, 0] == 20.0 and torch.equal(y[0, 1], torch.tensor([5, 5]))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(tmp_path, name):
+    """resources.partial_sums on the vectorized engine sums the stacked trained models directly (no per-client
+    copies); it equals `sum_updates` of the same round's per-client updates to float64 rounding."""
+    from orchestrator.federation import PARTIAL_SUMS, sum_updates
+
+    cfg = tiny(tmp_path, f"algorithm.name={name}", "train.engine=vectorized", "resources.partial_sums=true")
+    data = prepare_data(cfg)
+    cids = list(range(data.num_clients))
+    payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
+    direct = ClientHost(cfg, data, cids).update_many(payload, cids, 0, summed=True)
+    reference = sum_updates(ClientHost(cfg, data, cids).update_many(payload, cids, 0))
+    (got,), (want,) = direct.pop(PARTIAL_SUMS), reference.pop(PARTIAL_SUMS)
+    assert (got.first_client, got.weight, got.bytes_sent) == (want.first_client, want.weight, want.bytes_sent)
+    assert set(got.sums) == set(want.sums) and set(got.buffers) == set(want.buffers)
+    for key in want.sums:
+        assert got.sums[key].dtype == torch.float64
+        assert torch.allclose(got.sums[key], want.sums[key], rtol=1e-12, atol=1e-12), key
+    assert sorted(direct) == sorted(reference) == cids
+    for cid in cids:
+        assert direct[cid].tensors == {} and direct[cid].num_samples == reference[cid].num_samples
+        assert direct[cid].metrics["train_loss"] == reference[cid].metrics["train_loss"]

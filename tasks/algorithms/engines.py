@@ -86,27 +86,62 @@ class Trained:
     train_loss: float  # mean loss over the client's steps, as the sequential engine reports it
 
 
+@dataclass
+class TrainedBatch:
+    """The clients of one `train_vectorized` call after training, still stacked: [K, ...] per state tensor."""
+
+    stacked: dict[str, torch.Tensor]
+    names: list[str]  # the model's state_dict order
+    losses: list[float]  # each client's mean loss over its steps, as the sequential engine reports it
+
+    def each(self) -> list[Trained]:
+        """One `Trained` per client, its tensors CPU copies."""
+        return [Trained(state, loss) for state, loss in zip(unstack(self.stacked, self.names), self.losses)]
+
+    def weighted_sum(self, weights: list[float]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """(Σ_k w_k·θ_k in float64 for every float tensor, on the CPU; the first client's non-float tensors): what
+        `sum_updates` makes of the clients' models, without making one copy per client first. Summed as one
+        matrix product per tensor, so it equals `sum_updates`' client-by-client sum to float64 rounding."""
+        w = torch.tensor(weights, dtype=torch.float64)
+        sums, buffers = {}, {}
+        for name in self.names:
+            t = self.stacked[name].detach()
+            if torch.is_floating_point(t):
+                sums[name] = (w.to(t.device) @ t.reshape(len(w), -1).double()).reshape(t.shape[1:]).cpu()
+            else:
+                buffers[name] = t[0].cpu().clone()
+        return sums, buffers
+
+
 # ---------------------------------------------------------------------------------------- batches
 def stacked_batches(rounds: list[ClientRound], train: TrainSettings, device) -> tuple[torch.Tensor, ...]:
     """Every client's batches for the round, stacked: x [S, K, B, ...], y [S, K, B], sample weights [S, K, B]
     (0 for padding) and active [S, K] (1 where the client takes step s); S = the most steps of any client,
-    B = batch_size. Padding repeats a real sample, so no loss sees an empty or undefined row."""
-    xs = [r.data.x for r in rounds]
-    offsets = torch.tensor([0, *[len(x) for x in xs]]).cumsum(0).tolist()
+    B = the longest batch of any (at most batch_size: clients of two samples are not padded to 16). Padding
+    repeats the client's first sample, so no loss sees an empty or undefined row."""
     batches = [batch_indices(r.data.num_samples, train, r.ctx.generator) for r in rounds]
-    steps = max((len(b) for b in batches), default=0)
-    k, width = len(rounds), train.batch_size
-    index = torch.zeros(steps, k, width, dtype=torch.long)
+    k = len(rounds)
+    sizes = torch.tensor([r.data.num_samples for r in rounds])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)[:-1]])
+    flat = [idx for client_batches in batches for idx in client_batches]  # client by client, step by step
+    lengths = torch.tensor([len(idx) for idx in flat], dtype=torch.long)
+    step_counts = torch.tensor([len(b) for b in batches], dtype=torch.long)
+    steps, width = int(step_counts.max()) if k else 0, int(lengths.max()) if len(flat) else 1
+    index = offsets.reshape(1, k, 1).repeat(steps, 1, width)
     weight = torch.zeros(steps, k, width)
-    for c, client_batches in enumerate(batches):
-        index[:, c, :] = offsets[c]
-        for s, idx in enumerate(client_batches):
-            index[s, c, :len(idx)] = idx + offsets[c]
-            weight[s, c, :len(idx)] = 1.0
+    if flat:
+        client = torch.repeat_interleave(torch.arange(k), step_counts)
+        step_no = torch.arange(len(flat)) - torch.repeat_interleave(step_counts.cumsum(0) - step_counts, step_counts)
+        slot_start = (step_no * k + client) * width
+        batch_start = lengths.cumsum(0) - lengths
+        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(batch_start, lengths)
+        slots = torch.repeat_interleave(slot_start, lengths) + within
+        index.view(-1)[slots] = torch.cat(flat) + torch.repeat_interleave(offsets[client], lengths)
+        weight.view(-1)[slots] = 1.0
     active = (weight.sum(dim=2) > 0).to(torch.get_default_dtype())
-    x_all, y_all = torch.cat(xs), torch.cat([r.data.y for r in rounds])
-    return (x_all[index].to(device), y_all[index].to(device), weight.to(device), active.to(device),
-            torch.tensor([len(b) for b in batches], dtype=torch.float64))
+    x_all, y_all = torch.cat([r.data.x for r in rounds]), torch.cat([r.data.y for r in rounds])
+    return (x_all[index.to(x_all.device)].to(device), y_all[index.to(y_all.device)].to(device), weight.to(device),
+            active.to(device), step_counts.to(torch.float64))
 
 
 def stack_states(states: list[State], names: list[str], device) -> dict[str, torch.Tensor]:
@@ -210,10 +245,8 @@ def clip_per_client(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str
     return {n: g * scale.reshape(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
-def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound]) -> list[Trained]:
+def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound]) -> TrainedBatch:
     """Train the clients of `rounds` (one architecture: `model`) together; their trained states and losses."""
-    if not rounds:
-        return []
     ctx = rounds[0].ctx
     train, device = ctx.train, ctx.device
     model.to(device).train()
@@ -255,8 +288,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     mean_loss = (loss_sum / step_counts.clamp_min(1)).tolist()
     for hook in hooks:
         hook.hand_out([r.ctx for r in rounds])
-    every = {**params, **fixed}
-    return [Trained(state, loss) for state, loss in zip(unstack(every, state_names), mean_loss)]
+    return TrainedBatch({**params, **fixed}, state_names, mean_loss)
 
 
 def unstack(stacked: dict[str, torch.Tensor], names: list[str]) -> list[State]:

@@ -20,7 +20,15 @@ import torch
 from orchestrator.client_store import ClientStateStore
 from orchestrator.phases import Phases
 from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
-from tasks.algorithms.base import State, count_correct, derive_seed, nbytes, seeded_generator, to_device
+from tasks.algorithms.base import (
+    State,
+    count_correct,
+    derive_seed,
+    derive_seeds,
+    nbytes,
+    seeded_generator,
+    to_device,
+)
 from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
 from tasks.algorithms.engines import ClientRound, choose_engine, train_vectorized
 from tasks.data.federated import FederatedData
@@ -135,11 +143,13 @@ class ClientHost:
         if cid in self.hosted and self.algorithm.keeps_client_state:
             self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
 
-    def _context(self, cid: int, round_idx: int, seed_torch: bool = True) -> RoundContext:
+    def _context(self, cid: int, round_idx: int, seed_torch: bool = True, seed: int | None = None) -> RoundContext:
+        """`seed`: the client's round seed, derive_seed(run seed, round, client), where already derived."""
         if seed_torch:  # dropout and other torch-global draws (the vectorized engine refuses models that make any)
             torch.manual_seed(derive_seed(self.cfg.seed, round_idx, cid, 1))
+        seed = derive_seed(self.cfg.seed, round_idx, cid) if seed is None else seed
         return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
-                            generator=seeded_generator(self.cfg.seed, round_idx, cid), device=self.device)
+                            generator=torch.Generator().manual_seed(seed), device=self.device)
 
     def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
         start = time.perf_counter()
@@ -187,8 +197,9 @@ class ClientHost:
                          errors: dict[int, str] | None) -> dict[Any, list[tuple[int, ClientRound]]]:
         """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""
         rounds: dict[Any, list[tuple[int, ClientRound]]] = {}
-        for cid in cids:
-            prepared = guarded(errors, cid, lambda cid=cid: self._client_round(payload, cid, round_idx))
+        seeds = derive_seeds(np.array([[self.cfg.seed, round_idx, cid] for cid in cids]).reshape(-1, 3))
+        for cid, seed in zip(cids, seeds):
+            prepared = guarded(errors, cid, lambda cid=cid, seed=seed: self._client_round(payload, cid, round_idx, seed))
             if prepared is not None:
                 rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
         return rounds
@@ -211,9 +222,9 @@ class ClientHost:
                    for (cid, _), n, loss in zip(group, sizes, batch.losses)}
         return partial, updates
 
-    def _client_round(self, payload, cid: int, round_idx: int) -> ClientRound:
+    def _client_round(self, payload, cid: int, round_idx: int, seed: int) -> ClientRound:
         data = self._data(cid)
-        ctx = self._context(cid, round_idx, seed_torch=False)
+        ctx = self._context(cid, round_idx, seed_torch=False, seed=seed)
         return ClientRound(data, ctx, self.algorithm.local_objective(self._here(payload), data,
                                                                      self._state(cid, round_idx), ctx))
 

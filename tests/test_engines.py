@@ -261,3 +261,15 @@ def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(
     for cid in cids:
         assert direct[cid].tensors == {} and direct[cid].num_samples == reference[cid].num_samples
         assert direct[cid].metrics["train_loss"] == reference[cid].metrics["train_loss"]
+
+
+def test_derive_seeds_equals_derive_seed_row_by_row():
+    import numpy as np
+
+    from tasks.algorithms.base import derive_seed, derive_seeds
+
+    rng = np.random.default_rng(0)
+    for parts in range(1, 7):
+        rows = rng.integers(0, 2**40, size=(50, parts))  # words above 32 bits are masked, as derive_seed masks them
+        rows[0] = 0
+        assert derive_seeds(rows) == [derive_seed(*row) for row in rows.tolist()]

@@ -176,10 +176,12 @@ class StackedOptimizer:
         self.state: dict[str, dict[str, torch.Tensor]] = {}
         self.steps = 0
 
-    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor) -> None:
+    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor, everyone: bool | None = None) -> None:
+        """`everyone`: whether every client is active (known beforehand saves a look at `active`)."""
         t = self.train
         self.steps += 1
-        if t.optimizer == "sgd" and not t.momentum and not t.weight_decay and bool(active.all()):
+        everyone = bool(active.all()) if everyone is None else everyone
+        if t.optimizer == "sgd" and not t.momentum and not t.weight_decay and everyone:
             params = [self.params[n] for n in grads]
             torch._foreach_add_(params, list(grads.values()), alpha=-self.lr)  # plain SGD, every client stepping
             return
@@ -269,23 +271,27 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     losses_of = vmap(client_loss)
     batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
     optimizer = StackedOptimizer(params, train, ctx.lr)
-    loss_sum = torch.zeros(len(rounds), dtype=torch.float64)
+    step_losses = []
+    everyone_active = active.all(dim=1).tolist()
     hooks = algorithm.step_hooks(rounds, params)
     if rounds[0].objective.record_seen:
         hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device))
     for s in range(x.shape[0]):
         leaf_params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
         losses, h = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)
-        grads = torch.autograd.grad((losses * active[s]).sum(), list(leaf_params.values()), allow_unused=True)
+        losses = losses * active[s]
+        grads = torch.autograd.grad(losses.sum(), list(leaf_params.values()), allow_unused=True)
         grads = {n: g for n, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
         if train.grad_clip is not None:
             grads = clip_per_client(grads, train.grad_clip)
         with torch.no_grad():
-            optimizer.step(grads, active[s])
+            optimizer.step(grads, active[s], everyone_active[s])
         for hook in hooks:
             hook.after_step(h, y[s], weight[s], active[s])
-        loss_sum += (losses.detach() * active[s]).double().cpu()
-    mean_loss = (loss_sum / step_counts.clamp_min(1)).tolist()
+        step_losses.append(losses.detach())
+    # summed step after step in float64, as the sequential engine adds its steps' losses
+    loss_sum = torch.stack(step_losses).double().cumsum(0)[-1].cpu() if step_losses else torch.zeros(len(rounds))
+    mean_loss = (loss_sum.double() / step_counts.clamp_min(1)).tolist()
     for hook in hooks:
         hook.hand_out([r.ctx for r in rounds])
     return TrainedBatch({**params, **fixed}, state_names, mean_loss)

@@ -143,19 +143,31 @@ class ClientHost:
         if cid in self.hosted and self.algorithm.keeps_client_state:
             self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
 
-    def _context(self, cid: int, round_idx: int, seed_torch: bool = True, seed: int | None = None) -> RoundContext:
-        """`seed`: the client's round seed, derive_seed(run seed, round, client), where already derived."""
+    def _context(self, cid: int, round_idx: int, seed_torch: bool = True,
+                 seeds: tuple[int, int] | None = None) -> RoundContext:
+        """`seeds`: the client's round seeds (its generator's, torch's global one's) where already derived
+        (`round_seeds`)."""
+        generator_seed, torch_seed = seeds or self.round_seeds([cid], round_idx)[0]
         if seed_torch:  # dropout and other torch-global draws (the vectorized engine refuses models that make any)
-            torch.manual_seed(derive_seed(self.cfg.seed, round_idx, cid, 1))
-        seed = derive_seed(self.cfg.seed, round_idx, cid) if seed is None else seed
+            if self.device.type == "cpu":
+                torch.default_generator.manual_seed(torch_seed)  # torch.manual_seed's CPU part, without its CUDA hooks
+            else:
+                torch.manual_seed(torch_seed)
         return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
-                            generator=torch.Generator().manual_seed(seed), device=self.device)
+                            generator=torch.Generator().manual_seed(generator_seed), device=self.device)
 
-    def update(self, payload, cid: int, round_idx: int) -> ClientUpdate:
+    def round_seeds(self, cids: list[int], round_idx: int) -> list[tuple[int, int]]:
+        """Each client's (generator seed, torch seed) for the round: derive_seed(run seed, round, client[, 1]),
+        derived for all the clients at once."""
+        rows = np.array([[self.cfg.seed, round_idx, cid, stream] for stream in (0, 1) for cid in cids]).reshape(-1, 4)
+        generator_rows = rows[:len(cids), :3]  # derive_seed(seed, round, cid): three parts, not a fourth 0
+        return list(zip(derive_seeds(generator_rows), derive_seeds(rows[len(cids):])))
+
+    def update(self, payload, cid: int, round_idx: int, seeds: tuple[int, int] | None = None) -> ClientUpdate:
         start = time.perf_counter()
         data = self._data(cid)
         update, state = self.algorithm.client_update(self._here(payload), data, self._state(cid, round_idx),
-                                                     self._context(cid, round_idx))
+                                                     self._context(cid, round_idx, seeds=seeds))
         self._keep_state(cid, state, round_idx)
         update = to_device(update, "cpu")
         update.metrics.setdefault("seconds", time.perf_counter() - start)
@@ -168,7 +180,8 @@ class ClientHost:
         left out and its error recorded there; without, it raises. `summed` (resources.partial_sums): the updates
         come back without their models, and one `PartialSum` per batch of them under PARTIAL_SUMS."""
         if self.engine == "sequential":
-            updates = {cid: self.update(payload, cid, round_idx) for cid in cids}
+            seeds = self.round_seeds(cids, round_idx)
+            updates = {cid: self.update(payload, cid, round_idx, seed) for cid, seed in zip(cids, seeds)}
             return sum_updates(updates) if summed else updates
         start = time.perf_counter()
         updates, partials = {}, []
@@ -197,9 +210,8 @@ class ClientHost:
                          errors: dict[int, str] | None) -> dict[Any, list[tuple[int, ClientRound]]]:
         """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""
         rounds: dict[Any, list[tuple[int, ClientRound]]] = {}
-        seeds = derive_seeds(np.array([[self.cfg.seed, round_idx, cid] for cid in cids]).reshape(-1, 3))
-        for cid, seed in zip(cids, seeds):
-            prepared = guarded(errors, cid, lambda cid=cid, seed=seed: self._client_round(payload, cid, round_idx, seed))
+        for cid, seeds in zip(cids, self.round_seeds(cids, round_idx)):
+            prepared = guarded(errors, cid, lambda cid=cid, seeds=seeds: self._client_round(payload, cid, round_idx, seeds))
             if prepared is not None:
                 rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
         return rounds
@@ -222,9 +234,9 @@ class ClientHost:
                    for (cid, _), n, loss in zip(group, sizes, batch.losses)}
         return partial, updates
 
-    def _client_round(self, payload, cid: int, round_idx: int, seed: int) -> ClientRound:
+    def _client_round(self, payload, cid: int, round_idx: int, seeds: tuple[int, int]) -> ClientRound:
         data = self._data(cid)
-        ctx = self._context(cid, round_idx, seed_torch=False, seed=seed)
+        ctx = self._context(cid, round_idx, seed_torch=False, seeds=seeds)
         return ClientRound(data, ctx, self.algorithm.local_objective(self._here(payload), data,
                                                                      self._state(cid, round_idx), ctx))
 
@@ -248,7 +260,9 @@ class ClientHost:
                 return self.update_many(payload, cids, round_idx, errors, summed=method == SUMMED), errors
             except Exception as err:  # noqa: BLE001 - training failed: its clients fail together, the actor goes on
                 return {}, {**{cid: one_line(err) for cid in cids}, **errors}
-        calls = {"pre_round": self.pre_round, "update": self.update, "evaluate": self.evaluate,
+        seeds = dict(zip(cids, self.round_seeds(cids, round_idx))) if method == "update" else {}
+        calls = {"pre_round": self.pre_round, "evaluate": self.evaluate,
+                 "update": lambda payload, cid, round_idx: self.update(payload, cid, round_idx, seeds[cid]),
                  "setup_contribution": lambda _payload, cid, _round_idx: self.setup_contribution(cid)}
         for cid in cids:
             try:

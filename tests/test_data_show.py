@@ -37,3 +37,26 @@ def test_missing_dataset_directory_is_one_line_exit_2(tmp_path):
     assert out.stderr.strip().splitlines() == [
         f"error: mnist: no data in {tmp_path}/MNIST/raw; expected train-images-idx3-ubyte, train-labels-idx1-ubyte, "
         "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (or set data.download: true)"]
+
+
+def test_a_large_federation_lists_the_first_rows_and_summarises_the_sizes(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "data", "show", "configs/default.yaml",
+                          "--set", f"data.partitions_dir={tmp_path}", "--set", "data.num_clients=300",
+                          "--set", "data.partition.kind=iid", "--set", "data.partition.min_size=1", "--rows", "7"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == list(range(7))
+    assert "… 293 more clients (--rows all lists every one)" in out.stdout
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}", "data.num_clients=300",
+                                               "data.partition.kind=iid", "data.partition.min_size=1"])
+    sizes = np.array([len(t) for t in prepare_data(cfg).partition.train])
+    assert (f"train samples per client: min {sizes.min()}, quartiles {np.percentile(sizes, 25):g} / "
+            f"{np.median(sizes):g} / {np.percentile(sizes, 75):g}, max {sizes.max()}, total {sizes.sum()}") in out.stdout
+
+
+def test_rows_must_be_a_number_or_all(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "data", "show", "configs/default.yaml",
+                          "--rows", "many"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--rows: 'many': expected a number of clients or 'all'" in out.stderr

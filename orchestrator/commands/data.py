@@ -11,10 +11,28 @@ def configure(parser) -> None:
     show = sub.add_parser("show", help="print each client's class histogram")
     add_config_args(show)
     show.add_argument("--png", default=None, metavar="PATH", help="also save the histogram as a PNG heat map")
+    show.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, metavar="N|all",
+                      help=f"clients listed one per line (default {DEFAULT_ROWS}; 'all' for every one); "
+                           "the sizes line summarises them all")
 
 
-def partition_summary(cfg, data) -> str:
-    """A table: one row per client with its train/test sizes, domain and class counts."""
+DEFAULT_ROWS = 100  # a federation of 100,000 clients would otherwise print 100,000 lines
+
+
+def row_count(text: str) -> int | None:
+    """--rows: a count of clients to list, or None for all."""
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    import argparse
+
+    raise argparse.ArgumentTypeError(f"{text!r}: expected a number of clients or 'all'")
+
+
+def partition_summary(cfg, data, rows: int | None = None) -> str:
+    """The partition's identity and sizes, then a table: one row per client (the first `rows`; None: all) with
+    its train/test sizes, domain and class counts."""
     hist = data.partition.class_histogram(data.dataset.y_train, data.num_classes)
     from tasks.data.partition import label_entropy
 
@@ -24,13 +42,25 @@ def partition_summary(cfg, data) -> str:
         f"{data.num_classes} classes, input {'x'.join(map(str, data.input_shape))}",
         f"partition {cfg.data.partition.kind} (alpha={cfg.data.partition.alpha}) over {data.num_clients} clients, "
         f"seed {cfg.seed}, hash {data.partition_hash}; {tally}; mean label entropy {label_entropy(hist).mean():.3f} nats",
+        sizes_line(data.partition.train),
         f"{'client':>6} {'train':>6} {'test':>5} {'domain':>6}  class counts",
     ]
-    for c in range(data.num_clients):
+    listed = data.num_clients if rows is None else min(rows, data.num_clients)
+    for c in range(listed):
         counts = " ".join(f"{int(v):4d}" for v in hist[c])
         angle = data.angles[int(data.partition.domain[c])]
         lines.append(f"{c:>6} {len(data.partition.train[c]):>6} {len(data.partition.test[c]):>5} {angle:>6g}  {counts}")
+    if listed < data.num_clients:
+        lines.append(f"… {data.num_clients - listed} more clients (--rows all lists every one)")
     return "\n".join(lines)
+
+
+def sizes_line(train: list) -> str:
+    """Every client's training-set size in one line: min, quartiles, max and the total."""
+    sizes = np.array([len(t) for t in train])
+    q1, median, q3 = np.percentile(sizes, [25, 50, 75])
+    return (f"train samples per client: min {sizes.min()}, quartiles {q1:g} / {median:g} / {q3:g}, "
+            f"max {sizes.max()}, total {sizes.sum()}")
 
 
 def main(args) -> int:
@@ -39,7 +69,7 @@ def main(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     data = prepare_data(cfg)
-    print(partition_summary(cfg, data))
+    print(partition_summary(cfg, data, args.rows))
     if args.png:
         from orchestrator.plots import plot_class_histogram
 

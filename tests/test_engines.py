@@ -273,3 +273,27 @@ def test_derive_seeds_equals_derive_seed_row_by_row():
         rows = rng.integers(0, 2**40, size=(50, parts))  # words above 32 bits are masked, as derive_seed masks them
         rows[0] = 0
         assert derive_seeds(rows) == [derive_seed(*row) for row in rows.tolist()]
+
+
+def test_stacked_sgd_with_every_client_stepping_matches_torch_over_steps():
+    """The all-active SGD path (multi-tensor operations): momentum and weight decay over three steps, two
+    tensors, each client as torch.optim.SGD would train it alone."""
+    from tasks.algorithms.base import TrainSettings
+
+    train = TrainSettings(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.01)
+    torch.manual_seed(0)
+    start = {"w": torch.randn(3, 2, 2), "b": torch.randn(3, 2)}
+    grads = [{"w": torch.randn(3, 2, 2), "b": torch.randn(3, 2)} for _ in range(3)]
+    stacked = {n: t.clone() for n, t in start.items()}
+    opt = StackedOptimizer(stacked, train, train.lr)
+    for g in grads:
+        opt.step(g, torch.ones(3), everyone=True)
+    for k in range(3):
+        reference = {n: nn.Parameter(t[k].clone()) for n, t in start.items()}
+        torch_opt = torch.optim.SGD(reference.values(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        for g in grads:
+            for n, p in reference.items():
+                p.grad = g[n][k].clone()
+            torch_opt.step()
+        for n, p in reference.items():
+            assert torch.allclose(stacked[n][k], p.detach(), atol=1e-6, rtol=0), (k, n)

@@ -159,9 +159,9 @@ class ClientHost:
     def round_seeds(self, cids: list[int], round_idx: int) -> list[tuple[int, int]]:
         """Each client's (generator seed, torch seed) for the round: derive_seed(run seed, round, client[, 1]),
         derived for all the clients at once."""
-        rows = np.array([[self.cfg.seed, round_idx, cid, stream] for stream in (0, 1) for cid in cids]).reshape(-1, 4)
-        generator_rows = rows[:len(cids), :3]  # derive_seed(seed, round, cid): three parts, not a fourth 0
-        return list(zip(derive_seeds(generator_rows), derive_seeds(rows[len(cids):])))
+        rows = np.array([[self.cfg.seed, round_idx, cid] for cid in cids], dtype=np.int64).reshape(-1, 3)
+        torch_rows = np.column_stack([rows, np.ones(len(cids), dtype=np.int64)])
+        return list(zip(derive_seeds(rows), derive_seeds(torch_rows)))
 
     def update(self, payload, cid: int, round_idx: int, seeds: tuple[int, int] | None = None) -> ClientUpdate:
         start = time.perf_counter()

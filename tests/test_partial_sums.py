@@ -71,10 +71,14 @@ def test_only_methods_that_average_as_fedavg_does_sum(workdir, name, summed):
 
 
 @pytest.mark.ray
-def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(ray_session, workdir):
+@pytest.mark.parametrize("engine, atol", [("sequential", 1e-6), ("vectorized", 2e-5)])
+def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(ray_session, workdir, engine, atol):
+    """On the vectorized engine a client's model also depends in its last bits on which clients share its batch
+    (tests/test_engines.py), hence its wider tolerance across numbers of actors."""
     def final_model(actors: int):
         cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.partial_sums=true",
-                                                                     f"resources.num_actors={actors}"])
+                                                                     f"resources.num_actors={actors}",
+                                                                     f"train.engine={engine}"])
         result = run_experiment(cfg, progress=False)
         state = torch.load(Path(result.run_dir) / "final_state.pt", weights_only=True)
         return state["model"], [{k: v for k, v in m.items() if k != "accuracy"} for m in result.history]
@@ -83,5 +87,5 @@ def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(r
     again, again_history = final_model(2)
     one, one_history = final_model(1)
     assert all(torch.equal(two[k], again[k]) for k in two) and two_history == again_history
-    assert all(torch.allclose(two[k], one[k], rtol=0, atol=1e-6) for k in two)
+    assert all(torch.allclose(two[k], one[k], rtol=0, atol=atol) for k in two)
     assert [m["bytes_up"] for m in one_history] == [m["bytes_up"] for m in two_history]

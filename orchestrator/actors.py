@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from orchestrator import checkpoint as ckpt
+from orchestrator import wire
 from orchestrator.client_store import ClientStateStore, states_dir
 from orchestrator.federation import (
     PARTIAL_SUMS,
@@ -43,6 +44,7 @@ class ClientActor:
         import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
 
         torch.set_num_threads(max(1, threads))
+        wire.register()
         self.cfg, self.client_ids, self.run_dir = cfg, client_ids, run_dir
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
@@ -129,6 +131,7 @@ class CoordinatorActor:
         import torch
 
         torch.set_num_threads(1)
+        wire.register()
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
         self.groups = assign_clients(cfg.data.num_clients, num_actors)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # the dtypes NumPy holds as they are (filled by `register`, which imports torch)
 NUMPY_DTYPES: set = set()
 

@@ -1,11 +1,12 @@
 """The Ray runtime: client actors (fractional GPUs, many logical clients each) and the coordinator actor.
 
 The coordinator owns the `Server` (global state and round loop); each client actor owns a `ClientHost`.
-A round puts the payload in the object store once, sends each sampled client to the actor that hosts it
-(sticky assignment), collects updates as they finish, retries a client once if its actor died, and leaves
-out (and counts) a client that fails twice. Clients of a method that keeps no client state are instead
-balanced over the actors by their local work (see `plan_round`). Each actor gets one call per round with
-all of its clients: a Ray call costs milliseconds, a small client's update not many more.
+A round sends the payload with each actor's call (above 100 KiB: puts it in the object store once), sends
+each sampled client to the actor that hosts it (sticky assignment), collects updates as they finish, retries
+a client once if its actor died, and leaves out (and counts) a client that fails twice. Clients of a method
+that keeps no client state are instead balanced over the actors by their local work (see `plan_round`). Each
+actor gets one call per round with all of its clients: a Ray call costs milliseconds, a small client's update
+not many more.
 """
 from __future__ import annotations
 

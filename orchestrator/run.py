@@ -314,7 +314,7 @@ class RunInterrupted(Exception):
 class StopSignals:
     """SIGINT and SIGTERM while a run is in this (main) thread. During set-up a signal interrupts at once
     (KeyboardInterrupt); during the rounds it is only recorded, and the round loop finishes or abandons the
-    round in flight, checkpoints and stops. A second signal interrupts at once."""
+    rounds in flight (at most ROUNDS_AHEAD), checkpoints and stops. A second signal interrupts at once."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -349,7 +349,7 @@ class StopSignals:
         self.signum = signum
 
 
-# seconds a stop request waits for the round in flight before abandoning it
+# seconds a stop request waits for each round in flight before abandoning it
 ROUND_GRACE_SECONDS = 5.0
 
 
@@ -403,7 +403,7 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
     `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
     `from_round` resumes from that round's checkpoint instead of the latest.
 
-    SIGINT/SIGTERM (in the main thread) end the round in flight (or abandon it after ROUND_GRACE_SECONDS),
+    SIGINT/SIGTERM (in the main thread) end the rounds in flight (or abandon one after ROUND_GRACE_SECONDS),
     write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     with StopSignals() as stop:

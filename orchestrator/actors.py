@@ -1,11 +1,12 @@
 """The Ray runtime: client actors (fractional GPUs, many logical clients each) and the coordinator actor.
 
 The coordinator owns the `Server` (global state and round loop); each client actor owns a `ClientHost`.
-A round puts the payload in the object store once, sends each sampled client to the actor that hosts it
-(sticky assignment), collects updates as they finish, retries a client once if its actor died, and leaves
-out (and counts) a client that fails twice. Clients of a method that keeps no client state are instead
-balanced over the actors by their local work (see `plan_round`). Each actor gets one call per round with
-all of its clients: a Ray call costs milliseconds, a small client's update not many more.
+A round sends the payload with each actor's call (above 100 KiB: puts it in the object store once), sends
+each sampled client to the actor that hosts it (sticky assignment), collects updates as they finish, retries
+a client once if its actor died, and leaves out (and counts) a client that fails twice. Clients of a method
+that keeps no client state are instead balanced over the actors by their local work (see `plan_round`). Each
+actor gets one call per round with all of its clients: a Ray call costs milliseconds, a small client's update
+not many more.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from orchestrator import checkpoint as ckpt
+from orchestrator import wire
 from orchestrator.client_store import ClientStateStore, states_dir
 from orchestrator.federation import (
     PARTIAL_SUMS,
@@ -25,7 +27,9 @@ from orchestrator.federation import (
     Server,
     accuracies_on_test_sets,
     client_costs,
+    sample_clients,
 )
+from tasks.algorithms.base import nbytes
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -42,6 +46,7 @@ class ClientActor:
         import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
 
         torch.set_num_threads(max(1, threads))
+        wire.register()
         self.cfg, self.client_ids, self.run_dir = cfg, client_ids, run_dir
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
@@ -117,6 +122,11 @@ def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
     return plan
 
 
+# A payload up to this size goes with each actor's call (inside the call's message, under Ray's own limit on
+# inlined arguments) rather than once into the object store, from which each actor would then fetch it.
+INLINE_PAYLOAD_BYTES = 100 * 1024
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class CoordinatorActor:
     """Built in two steps, so that the client actors' processes start while the driver prepares the data:
@@ -126,6 +136,7 @@ class CoordinatorActor:
         import torch
 
         torch.set_num_threads(1)
+        wire.register()
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
         self.groups = assign_clients(cfg.data.num_clients, num_actors)
@@ -137,6 +148,7 @@ class CoordinatorActor:
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
         self.restarts = [0] * len(self.actors)
+        self.idle_since: float | None = None  # when the last round or checkpoint ended
 
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
@@ -148,6 +160,8 @@ class CoordinatorActor:
             self.server.restore(snapshot)
         self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
         self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, self.cfg.train)
+        # the first draw imports NumPy's random machinery (9 ms): here, while the client actors load
+        sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()
         if self.evaluator is not None:
@@ -270,7 +284,7 @@ class CoordinatorActor:
 
     def _call_clients(self, method: str, payload, cids: list[int], round_idx: int):
         with self.server.phases(f"{method}: payload put"):
-            payload_ref = ray.put(payload)
+            payload_ref = payload if nbytes(payload) <= INLINE_PAYLOAD_BYTES else ray.put(payload)
         return self._gather(method, payload_ref, cids, round_idx)
 
     # ------------------------------------------------------------------ driver-facing
@@ -281,7 +295,12 @@ class CoordinatorActor:
         self.write_actor_info()
 
     def run_round(self) -> dict[str, Any]:
-        return self.server.run_round(self._call_clients)
+        if self.idle_since is not None:  # the driver asks for rounds ahead: this stays near 0 unless it lags
+            self.server.phases.add("round: coordinator idle before it", time.perf_counter() - self.idle_since)
+        try:
+            return self.server.run_round(self._call_clients)
+        finally:
+            self.idle_since = time.perf_counter()
 
     def round(self) -> int:
         return self.server.round
@@ -289,21 +308,29 @@ class CoordinatorActor:
     def checkpoint(self) -> str:
         """The server's snapshot and the client state files written since the previous checkpoint (the client
         states themselves are in the run directory already: orchestrator/client_store.py)."""
-        with self.server.phases("checkpoint"):
-            return self._checkpoint()
+        try:
+            with self.server.phases("checkpoint"):
+                return self._checkpoint()
+        finally:
+            self.idle_since = time.perf_counter()
 
     def _checkpoint(self) -> str:
-        for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
-            self._await_ready(idx)
         until = self.server.round
         since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
+        # a method without client state writes no state files: nothing to ask the actors
+        changed = self._changed_states(since, until) if self.server.algorithm.keeps_client_state else {}
+        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
+        self.last_checkpoint = until
+        return written
+
+    def _changed_states(self, since: int | None, until: int) -> dict[int, dict[str, Any]]:
+        for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
+            self._await_ready(idx)
         keep = sorted(set(ckpt.checkpoint_rounds(self.run_dir)) | {until})
         changed: dict[int, dict[str, Any]] = {}
         for part in ray.get([a.checkpoint_states.remote(since, until, keep) for a in self.actors]):
             changed.update(part)
-        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
-        self.last_checkpoint = until
-        return written
+        return changed
 
     def final_state(self) -> dict[str, Any]:
         return self.server.state

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,20 +67,50 @@ def init_ray(**kwargs) -> None:
     preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
     from that command's environment.) A local instance listens on 127.0.0.1 only, and a driver joining an
     instance at a loopback address joins it there (Ray would otherwise swap 127.0.0.1 for the machine's
-    outward address)."""
+    outward address). A new local instance asked for without a dashboard starts lean (`lean_instance`)."""
 
     import ray
 
     os.environ.setdefault("RAY_worker_niceness", "0")
     address = kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+    lean = nullcontext()
     if address is None:
         token_auth_for_a_new_instance()
         kwargs = {**kwargs, "_system_config": {**INLINE_RETURNS, **kwargs.get("_system_config", {})}}
+        if kwargs.get("include_dashboard") is False:
+            lean = lean_instance()
     if address is None or is_loopback(address):
-        with loopback_only():
+        with loopback_only(), lean:
             ray.init(**kwargs)
     else:
         ray.init(**kwargs)
+
+
+@contextmanager
+def lean_instance():
+    """Start a local Ray instance without the parts a run on it never uses. Ray's include_dashboard=False still
+    starts the dashboard's server (for usage statistics) and waits for it; the node agent's dashboard modules
+    (metrics, logs and jobs over HTTP), which the raylet waits for before the node is up; and the autoscaler's
+    monitor. Each is a Python process importing aiohttp, gRPC and OpenTelemetry, and the driver imports those
+    too to check they are installed: seconds of CPU on the path to the first actor (benchmarks/README.md,
+    "Whole run"). Inside, Ray finds no dashboard to start, runs its agent in the mode of a minimal install and
+    starts no monitor; a Ray without these internals starts as it would anyway."""
+    import ray._private.node as node
+    import ray._private.services as services
+    import ray._private.utils as utils
+
+    lean = [(services, "start_api_server", lambda *args, **kwargs: (None, None)),
+            (utils, "get_dashboard_dependency_error", lambda: ImportError("not needed by this local instance")),
+            (node.Node, "start_monitor", lambda self: None)]
+    lean = [(owner, name, replacement) for owner, name, replacement in lean if hasattr(owner, name)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in lean]
+    for owner, name, replacement in lean:
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 def token_auth_for_a_new_instance() -> None:

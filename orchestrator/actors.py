@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from orchestrator import checkpoint as ckpt
 from orchestrator.client_store import ClientStateStore, states_dir
-from orchestrator.federation import (
-    PARTIAL_SUMS,
-    SUMMED,
-    ClientHost,
-    Server,
-    accuracies_on_test_sets,
-    client_costs,
-    sum_updates,
-)
+
+if TYPE_CHECKING:
+    from orchestrator.federation import ClientHost
+
+# orchestrator.federation (and torch with it) is imported where it is used, not here: a worker imports this
+# module before it constructs an actor, and the coordinator starts the client actors first thing, so their
+# processes start (and import torch) while it imports torch itself.
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -51,6 +49,8 @@ class ClientActor:
     def load(self, data_box: list, rounds_done: int) -> None:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
         the run is at (states written after it are from a run that went further, and are dropped)."""
+        from orchestrator.federation import ClientHost
+
         store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
                                  upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
         self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
@@ -60,6 +60,8 @@ class ClientActor:
         """The host's `method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
         ({client: result}, {client: error}, seconds spent in the host). A client that raises fails alone, with its
         error in one line. None: this actor was restarted and is not loaded yet."""
+        from orchestrator.federation import SUMMED, sum_updates
+
         if self.host is None:
             return None
         start = time.perf_counter()
@@ -126,9 +128,6 @@ class CoordinatorActor:
     the constructor starts the client actors; `start` gives the coordinator the data and waits for them."""
 
     def __init__(self, cfg, num_actors: int, run_dir: str):
-        import torch
-
-        torch.set_num_threads(1)
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
         self.groups = assign_clients(cfg.data.num_clients, num_actors)
@@ -140,10 +139,15 @@ class CoordinatorActor:
         self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
         self.restarts = [0] * len(self.actors)
+        import torch  # after the client actors are asked for: they start meanwhile
+
+        torch.set_num_threads(1)
 
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
         resolve from the shared object store instead of receiving a copy each."""
+        from orchestrator.federation import Server, client_costs
+
         self.data_box = data_box
         data = ray.get(data_box[0])
         self.server = Server(self.cfg, data)
@@ -162,6 +166,8 @@ class CoordinatorActor:
 
     def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
         """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
+        from orchestrator.federation import accuracies_on_test_sets
+
         state_ref = ray.put(state)
         for _ in range(2):
             try:
@@ -203,6 +209,8 @@ class CoordinatorActor:
     def _gather(self, method: str, payload_ref, cids: list[int], round_idx: int) -> tuple[dict[int, Any], list[int]]:
         """`method` for each client, one call per actor; an actor's clients are retried once if it died.
         Returns ({client: result}, failed clients)."""
+        from orchestrator.federation import PARTIAL_SUMS, SUMMED
+
         sent = time.perf_counter()
         pending = {self._call(a, method, payload_ref, group, round_idx): (a, group, 0)
                    for a, group in plan_round(cids, self.owner, len(self.actors), self.costs).items()}

@@ -270,18 +270,21 @@ def new_run_dir(cfg: ExperimentConfig) -> str:
 
 
 def read_run_config(run_dir: str, overrides: list[str]) -> ExperimentConfig:
-    from orchestrator.config import apply_overrides
+    return build_config(*raw_run_config(run_dir, overrides))
+
+
+def raw_run_config(run_dir: str, overrides: list[str]) -> tuple[dict[str, Any], str]:
+    """A run directory's config.yaml with `overrides` applied, not yet validated, and its path."""
+    from orchestrator.config import apply_overrides, parse_yaml_mapping
 
     path = storage.join(run_dir, "config.yaml")
     if not storage.exists(path):
         raise RunError(f"--resume {run_dir}: not a run directory (no config.yaml there)")
-    from orchestrator.config import parse_yaml_mapping
-
     try:
         text = storage.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    return build_config(apply_overrides(parse_yaml_mapping(text, path), overrides), path)
+    return apply_overrides(parse_yaml_mapping(text, path), overrides), path
 
 
 def code_version() -> str:
@@ -764,10 +767,18 @@ def _anchor_artifacts(state, run_dir: Path, algorithm: str) -> list[str]:
 
 
 def load_config_for_run(config_path: str | None, overrides: list[str], resume: str | None) -> ExperimentConfig:
+    return build_config(*raw_config_for_run(config_path, overrides, resume))
+
+
+def raw_config_for_run(config_path: str | None, overrides: list[str],
+                       resume: str | None) -> tuple[dict[str, Any], str]:
+    """The config file (or the resumed run's) read, with `overrides` applied, and its source: every error of the
+    file and the overrides' syntax, in milliseconds; `build_config` then checks the values (importing torch and
+    every model and algorithm, for their options)."""
     if resume:
-        return read_run_config(resume, overrides)
+        return raw_run_config(resume, overrides)
     if config_path is None:
         raise ConfigError("mooring run: give a CONFIG file (or --resume RUN_DIR)")
-    from orchestrator.config import load_config
+    from orchestrator.config import apply_overrides, read_yaml
 
-    return load_config(config_path, overrides)
+    return apply_overrides(read_yaml(config_path), list(overrides)), str(config_path)

@@ -20,8 +20,8 @@ import os
 import socket
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -430,20 +430,21 @@ def remote_error(err: Exception) -> str:
 def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
                    progress: bool = True, parent_run_id: str | None = None, on_round=None,
                    stop_after: int | None = None, run_dir: str | None = None,
-                   from_round: int | None = None) -> RunResult:
+                   from_round: int | None = None, data: Future | None = None) -> RunResult:
     """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
     `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
-    `from_round` resumes from that round's checkpoint instead of the latest.
+    `from_round` resumes from that round's checkpoint instead of the latest; `data`, the FederatedData of
+    `prepare_data(cfg)` being prepared already (`mooring run` starts it while Ray starts).
 
     SIGINT/SIGTERM (in the main thread) end the round in flight (or abandon it after ROUND_GRACE_SECONDS),
     write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     with StopSignals() as stop:
         return _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
-                    from_round, stop)
+                    from_round, stop, data)
 
 
-def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop):
+def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop, data):
     import ray
 
     check_output_dirs(cfg)
@@ -453,7 +454,8 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
     run_dir = resume_dir or run_dir or new_run_dir(cfg)
     log = RunLog(run_dir)
     try:
-        coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir))
+        coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir),
+                                       data)
     except BaseException as e:
         if not resume_dir:
             storage.remove_tree(run_dir)
@@ -467,6 +469,7 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
     status, final_state, interrupted = "FAILED", None, None
     try:
         stop.in_rounds = True
+        _import_plotting_meanwhile(run_dir)
         history, interrupted = _rounds(cfg, coordinator, log, tracker, history, round_seconds, progress,
                                        on_round, stop_after, stop, tracked, phases)
         if interrupted is None:
@@ -529,7 +532,8 @@ def resume_hint(run_dir: str) -> str:
     return f"the last checkpoint is {latest}; continue with `mooring run --resume {run_dir}`"
 
 
-def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, stop: StopSignals, resumed: bool):
+def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, stop: StopSignals, resumed: bool,
+            data_ready: Future | None):
     """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
     on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
     actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
@@ -538,7 +542,8 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
 
     coordinator = tracking_started = None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
-        data_ready = background.submit(_timed, phases, "start: data (in the background)", _prepare_data, cfg)
+        if data_ready is None:
+            data_ready = background.submit(_timed, phases, "start: data (in the background)", prepare_data, cfg)
         try:
             with phases("start: Ray"):
                 ensure_ray(address)
@@ -657,8 +662,9 @@ def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: s
     return tracker
 
 
-def _prepare_data(cfg: ExperimentConfig):
-    from orchestrator.datasets import prepare_data  # imports torch: here, off the main thread's path to Ray
+def prepare_data(cfg: ExperimentConfig):
+    """The run's FederatedData (imports torch and pyarrow: called in a thread, off the main thread's path to Ray)."""
+    from orchestrator.datasets import prepare_data
 
     return prepare_data(cfg)
 
@@ -726,6 +732,22 @@ def _pct(v: float | None) -> str:
 def _advance(progress, metrics: dict[str, Any], seconds: float) -> None:
     progress.advance(1, f"global {_pct(headline(metrics))}  "
                         f"personalized {_pct(headline(metrics, 'personalized_accuracy'))}  {seconds:.2f} s/round")
+
+
+def _import_plotting_meanwhile(run_dir: str) -> None:
+    """Import matplotlib (a second of CPU) in a thread while the rounds run, the driver mostly waiting for them,
+    so that the accuracy plot at the end only draws. A failure shows when the plot imports it again."""
+    if storage.is_remote(run_dir):
+        return
+    import threading
+
+    from orchestrator.plots import import_pyplot
+
+    def quietly() -> None:
+        with suppress(Exception):
+            import_pyplot()
+
+    threading.Thread(target=quietly, name="mooring-import-matplotlib", daemon=True).start()
 
 
 def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:

@@ -19,6 +19,7 @@ import math
 import os
 import socket
 import subprocess
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
@@ -361,7 +362,6 @@ class StopSignals:
         """Take over SIGINT and SIGTERM (again after ray.init, which installs its own SIGTERM handler); on
         exit the handlers in place before the last install come back."""
         import signal
-        import threading
 
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -408,7 +408,7 @@ def check_output_dirs(cfg: ExperimentConfig) -> None:
             existing = existing.parent
         if not existing.is_dir():
             raise ConfigError(f"{key} = {value!r}: {existing} is a file, not a directory")
-        probe = existing / f".mooring-write-test-{os.getpid()}"
+        probe = existing / f".mooring-write-test-{os.getpid()}-{threading.get_ident()}"  # per thread: two may check
         try:
             probe.write_bytes(b"")
             probe.unlink()
@@ -739,8 +739,6 @@ def _import_plotting_meanwhile(run_dir: str) -> None:
     so that the accuracy plot at the end only draws. A failure shows when the plot imports it again."""
     if storage.is_remote(run_dir):
         return
-    import threading
-
     from orchestrator.plots import import_pyplot
 
     def quietly() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
@@ -20,16 +20,13 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 from orchestrator import checkpoint as ckpt
 from orchestrator import wire
 from orchestrator.client_store import ClientStateStore, states_dir
-from orchestrator.federation import (
-    PARTIAL_SUMS,
-    SUMMED,
-    ClientHost,
-    Server,
-    accuracies_on_test_sets,
-    client_costs,
-    sample_clients,
-)
-from tasks.algorithms.base import nbytes
+
+if TYPE_CHECKING:
+    from orchestrator.federation import ClientHost
+
+# orchestrator.federation (and torch with it) is imported where it is used, not here: a worker imports this
+# module before it constructs an actor, and the coordinator starts the client actors first thing, so their
+# processes start (and import torch) while it imports torch itself.
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
@@ -55,6 +52,8 @@ class ClientActor:
     def load(self, data_box: list, rounds_done: int) -> None:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
         the run is at (states written after it are from a run that went further, and are dropped)."""
+        from orchestrator.federation import ClientHost
+
         store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
                                  upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
         self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
@@ -133,10 +132,6 @@ class CoordinatorActor:
     the constructor starts the client actors; `start` gives the coordinator the data and waits for them."""
 
     def __init__(self, cfg, num_actors: int, run_dir: str):
-        import torch
-
-        torch.set_num_threads(1)
-        wire.register()
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
         self.groups = assign_clients(cfg.data.num_clients, num_actors)
@@ -149,10 +144,16 @@ class CoordinatorActor:
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
         self.restarts = [0] * len(self.actors)
         self.idle_since: float | None = None  # when the last round or checkpoint ended
+        import torch  # after the client actors are asked for: they start meanwhile
+
+        torch.set_num_threads(1)
+        wire.register()
 
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
         resolve from the shared object store instead of receiving a copy each."""
+        from orchestrator.federation import Server, client_costs, sample_clients
+
         self.data_box = data_box
         data = ray.get(data_box[0])
         self.server = Server(self.cfg, data)
@@ -173,6 +174,8 @@ class CoordinatorActor:
 
     def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
         """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
+        from orchestrator.federation import accuracies_on_test_sets
+
         state_ref = ray.put(state)
         for _ in range(2):
             try:
@@ -214,6 +217,8 @@ class CoordinatorActor:
     def _gather(self, method: str, payload_ref, cids: list[int], round_idx: int) -> tuple[dict[int, Any], list[int]]:
         """`method` for each client, one call per actor; an actor's clients are retried once if it died.
         Returns ({client: result}, failed clients)."""
+        from orchestrator.federation import PARTIAL_SUMS, SUMMED
+
         sent = time.perf_counter()
         pending = {self._call(a, method, payload_ref, group, round_idx): (a, group, 0)
                    for a, group in plan_round(cids, self.owner, len(self.actors), self.costs).items()}
@@ -283,6 +288,8 @@ class CoordinatorActor:
                                    json.dumps(self.actor_info(), indent=1).encode())
 
     def _call_clients(self, method: str, payload, cids: list[int], round_idx: int):
+        from tasks.algorithms.base import nbytes
+
         with self.server.phases(f"{method}: payload put"):
             payload_ref = payload if nbytes(payload) <= INLINE_PAYLOAD_BYTES else ray.put(payload)
         return self._gather(method, payload_ref, cids, round_idx)

@@ -29,15 +29,25 @@ USAGE_ERROR = 2
 RUN_ERROR = 1
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    """The parser with every subcommand's options, or with only those of `command` (the others listed by name):
+    a command imports no other command's module (`mooring run` would otherwise import numpy, asyncio and more
+    before it starts Ray)."""
     parser = argparse.ArgumentParser(prog="mooring", description="Federated learning on heterogeneous data, on Ray.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        module.configure(sub.add_parser(name, help=help_text, description=help_text))
-        modules[name] = module
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if command in (None, name):
+            modules[name] = importlib.import_module(module_name)
+            modules[name].configure(sub_parser)
     return parser, modules
+
+
+def command_named(argv: list[str]) -> str | None:
+    """The subcommand `argv` names (its first word, the top level having no option that takes a value), if known."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def known_errors() -> tuple[type[BaseException], ...]:
@@ -50,28 +60,35 @@ def known_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, modules = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser, modules = build_parser(command_named(argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return USAGE_ERROR
-    errors = known_errors()
     try:
         return int(modules[args.command].main(args) or 0)
-    except errors as e:
-        from orchestrator.run import RunError, RunInterrupted
-
-        if isinstance(e, RunInterrupted):
-            print(f"interrupted: {e}", file=sys.stderr)
-            return 128 + e.signum
-        print(f"error: {e}", file=sys.stderr)
-        return RUN_ERROR if isinstance(e, RunError) else USAGE_ERROR
     except OSError as e:  # the environment: a disk full, a directory that vanished, a permission
         print(f"error: {io_problem(e)}", file=sys.stderr)
         return RUN_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        # the known errors' modules (numpy, pyarrow, pydantic) are imported only now, not before every command
+        if not isinstance(e, known_errors()):
+            raise
+        return report_known_error(e)
+
+
+def report_known_error(e: Exception) -> int:
+    from orchestrator.run import RunError, RunInterrupted
+
+    if isinstance(e, RunInterrupted):
+        print(f"interrupted: {e}", file=sys.stderr)
+        return 128 + e.signum
+    print(f"error: {e}", file=sys.stderr)
+    return RUN_ERROR if isinstance(e, RunError) else USAGE_ERROR
 
 
 def io_problem(err: OSError) -> str:

@@ -45,7 +45,11 @@ def store_partition(partition: Partition, uri: str) -> None:
 
 
 def load_partition(uri: str, num_clients: int) -> Partition:
-    return Partition.from_table(pq.read_table(io.BytesIO(storage.read_bytes(uri))), num_clients)
+    # Read in this thread alone: with Arrow's own threads (pre-buffering reads on its IO pool) a read in a
+    # thread of a process that then exits at once can have Arrow take the GIL during the interpreter's
+    # shutdown, which aborts the process (`mooring run` reads it in a thread while Ray starts).
+    table = pq.read_table(io.BytesIO(storage.read_bytes(uri)), use_threads=False, pre_buffer=False)
+    return Partition.from_table(table, num_clients)
 
 
 def prepare_data(cfg) -> FederatedData:

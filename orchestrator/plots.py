@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 
-def _pyplot():
+def import_pyplot():
+    """matplotlib.pyplot with the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,7 +81,7 @@ def plot_comparison(curves: dict[str, History | list[History] | dict[int, Histor
     styles = method_styles(list(runs))
     panels = [(key, label) for key, label in PANELS if any(seed_curves(hs, key)[0] for hs in runs.values())]
     panels = panels or [PANELS[0]]
-    plt = _pyplot()
+    plt = import_pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.4, 4.2), squeeze=False, sharey=True)
     synced_any = False
     for ax, (key, label) in zip(axes[0], panels):
@@ -133,7 +134,7 @@ def _as_histories(runs: History | list[History] | dict[int, History]) -> list[Hi
 
 
 def plot_class_histogram(hist: np.ndarray, path: str | Path, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = import_pyplot()
     fig, ax = plt.subplots(figsize=(max(4, hist.shape[1] * 0.5), max(3, hist.shape[0] * 0.3)))
     im = ax.imshow(hist, aspect="auto", cmap="viridis")
     ax.set_xlabel("class")
@@ -145,7 +146,7 @@ def plot_class_histogram(hist: np.ndarray, path: str | Path, title: str = "") ->
 
 def plot_matrix(matrix: np.ndarray, path: str | Path, title: str = "", label: str = "") -> Path:
     """A square heat map with values in [-1, 1] (pairwise cosine similarities of anchors)."""
-    plt = _pyplot()
+    plt = import_pyplot()
     fig, ax = plt.subplots(figsize=(5, 4.2))
     im = ax.imshow(matrix, cmap="coolwarm", vmin=-1, vmax=1)
     ax.set_title(title)

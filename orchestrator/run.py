@@ -19,10 +19,11 @@ import math
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,20 +69,50 @@ def init_ray(**kwargs) -> None:
     preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
     from that command's environment.) A local instance listens on 127.0.0.1 only, and a driver joining an
     instance at a loopback address joins it there (Ray would otherwise swap 127.0.0.1 for the machine's
-    outward address)."""
+    outward address). A new local instance asked for without a dashboard starts lean (`lean_instance`)."""
 
     import ray
 
     os.environ.setdefault("RAY_worker_niceness", "0")
     address = kwargs.get("address") or os.environ.get("RAY_ADDRESS")
+    lean = nullcontext()
     if address is None:
         token_auth_for_a_new_instance()
         kwargs = {**kwargs, "_system_config": {**INLINE_RETURNS, **kwargs.get("_system_config", {})}}
+        if kwargs.get("include_dashboard") is False:
+            lean = lean_instance()
     if address is None or is_loopback(address):
-        with loopback_only():
+        with loopback_only(), lean:
             ray.init(**kwargs)
     else:
         ray.init(**kwargs)
+
+
+@contextmanager
+def lean_instance():
+    """Start a local Ray instance without the parts a run on it never uses. Ray's include_dashboard=False still
+    starts the dashboard's server (for usage statistics) and waits for it; the node agent's dashboard modules
+    (metrics, logs and jobs over HTTP), which the raylet waits for before the node is up; and the autoscaler's
+    monitor. Each is a Python process importing aiohttp, gRPC and OpenTelemetry, and the driver imports those
+    too to check they are installed: seconds of CPU on the path to the first actor (benchmarks/README.md,
+    "Whole run"). Inside, Ray finds no dashboard to start, runs its agent in the mode of a minimal install and
+    starts no monitor; a Ray without these internals starts as it would anyway."""
+    import ray._private.node as node
+    import ray._private.services as services
+    import ray._private.utils as utils
+
+    lean = [(services, "start_api_server", lambda *args, **kwargs: (None, None)),
+            (utils, "get_dashboard_dependency_error", lambda: ImportError("not needed by this local instance")),
+            (node.Node, "start_monitor", lambda self: None)]
+    lean = [(owner, name, replacement) for owner, name, replacement in lean if hasattr(owner, name)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in lean]
+    for owner, name, replacement in lean:
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 def token_auth_for_a_new_instance() -> None:
@@ -241,18 +272,21 @@ def new_run_dir(cfg: ExperimentConfig) -> str:
 
 
 def read_run_config(run_dir: str, overrides: list[str]) -> ExperimentConfig:
-    from orchestrator.config import apply_overrides
+    return build_config(*raw_run_config(run_dir, overrides))
+
+
+def raw_run_config(run_dir: str, overrides: list[str]) -> tuple[dict[str, Any], str]:
+    """A run directory's config.yaml with `overrides` applied, not yet validated, and its path."""
+    from orchestrator.config import apply_overrides, parse_yaml_mapping
 
     path = storage.join(run_dir, "config.yaml")
     if not storage.exists(path):
         raise RunError(f"--resume {run_dir}: not a run directory (no config.yaml there)")
-    from orchestrator.config import parse_yaml_mapping
-
     try:
         text = storage.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    return build_config(apply_overrides(parse_yaml_mapping(text, path), overrides), path)
+    return apply_overrides(parse_yaml_mapping(text, path), overrides), path
 
 
 def code_version() -> str:
@@ -329,7 +363,6 @@ class StopSignals:
         """Take over SIGINT and SIGTERM (again after ray.init, which installs its own SIGTERM handler); on
         exit the handlers in place before the last install come back."""
         import signal
-        import threading
 
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -376,7 +409,7 @@ def check_output_dirs(cfg: ExperimentConfig) -> None:
             existing = existing.parent
         if not existing.is_dir():
             raise ConfigError(f"{key} = {value!r}: {existing} is a file, not a directory")
-        probe = existing / f".mooring-write-test-{os.getpid()}"
+        probe = existing / f".mooring-write-test-{os.getpid()}-{threading.get_ident()}"  # per thread: two may check
         try:
             probe.write_bytes(b"")
             probe.unlink()
@@ -398,20 +431,21 @@ def remote_error(err: Exception) -> str:
 def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
                    progress: bool = True, parent_run_id: str | None = None, on_round=None,
                    stop_after: int | None = None, run_dir: str | None = None,
-                   from_round: int | None = None) -> RunResult:
+                   from_round: int | None = None, data: Future | None = None) -> RunResult:
     """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
     `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
-    `from_round` resumes from that round's checkpoint instead of the latest.
+    `from_round` resumes from that round's checkpoint instead of the latest; `data`, the FederatedData of
+    `prepare_data(cfg)` being prepared already (`mooring run` starts it while Ray starts).
 
     SIGINT/SIGTERM (in the main thread) end the rounds in flight (or abandon one after ROUND_GRACE_SECONDS),
     write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     with StopSignals() as stop:
         return _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
-                    from_round, stop)
+                    from_round, stop, data)
 
 
-def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop):
+def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop, data):
     import ray
 
     check_output_dirs(cfg)
@@ -421,7 +455,8 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
     run_dir = resume_dir or run_dir or new_run_dir(cfg)
     log = RunLog(run_dir)
     try:
-        coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir))
+        coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir),
+                                       data)
     except BaseException as e:
         if not resume_dir:
             storage.remove_tree(run_dir)
@@ -435,6 +470,7 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
     status, final_state, interrupted = "FAILED", None, None
     try:
         stop.in_rounds = True
+        _import_plotting_meanwhile(run_dir)
         history, interrupted = _rounds(cfg, coordinator, log, tracker, history, round_seconds, progress,
                                        on_round, stop_after, stop, tracked, phases)
         if interrupted is None:
@@ -497,7 +533,8 @@ def resume_hint(run_dir: str) -> str:
     return f"the last checkpoint is {latest}; continue with `mooring run --resume {run_dir}`"
 
 
-def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, stop: StopSignals, resumed: bool):
+def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, stop: StopSignals, resumed: bool,
+            data_ready: Future | None):
     """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
     on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
     actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
@@ -506,7 +543,8 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
 
     coordinator = tracking_started = None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
-        data_ready = background.submit(_timed, phases, "start: data (in the background)", _prepare_data, cfg)
+        if data_ready is None:
+            data_ready = background.submit(_timed, phases, "start: data (in the background)", prepare_data, cfg)
         try:
             with phases("start: Ray"):
                 ensure_ray(address)
@@ -655,8 +693,9 @@ def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: s
     return tracker
 
 
-def _prepare_data(cfg: ExperimentConfig):
-    from orchestrator.datasets import prepare_data  # imports torch: here, off the main thread's path to Ray
+def prepare_data(cfg: ExperimentConfig):
+    """The run's FederatedData (imports torch and pyarrow: called in a thread, off the main thread's path to Ray)."""
+    from orchestrator.datasets import prepare_data
 
     return prepare_data(cfg)
 
@@ -726,6 +765,20 @@ def _advance(progress, metrics: dict[str, Any], seconds: float) -> None:
                         f"personalized {_pct(headline(metrics, 'personalized_accuracy'))}  {seconds:.2f} s/round")
 
 
+def _import_plotting_meanwhile(run_dir: str) -> None:
+    """Import matplotlib (a second of CPU) in a thread while the rounds run, the driver mostly waiting for them,
+    so that the accuracy plot at the end only draws. A failure shows when the plot imports it again."""
+    if storage.is_remote(run_dir):
+        return
+    from orchestrator.plots import import_pyplot
+
+    def quietly() -> None:
+        with suppress(Exception):
+            import_pyplot()
+
+    threading.Thread(target=quietly, name="mooring-import-matplotlib", daemon=True).start()
+
+
 def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:
     """The accuracy plot, the final global state and the resolved config, in the run dir and in MLflow;
     for anchor and prototype methods also the anchors and a PNG of their pairwise cosine similarities."""
@@ -765,10 +818,18 @@ def _anchor_artifacts(state, run_dir: Path, algorithm: str) -> list[str]:
 
 
 def load_config_for_run(config_path: str | None, overrides: list[str], resume: str | None) -> ExperimentConfig:
+    return build_config(*raw_config_for_run(config_path, overrides, resume))
+
+
+def raw_config_for_run(config_path: str | None, overrides: list[str],
+                       resume: str | None) -> tuple[dict[str, Any], str]:
+    """The config file (or the resumed run's) read, with `overrides` applied, and its source: every error of the
+    file and the overrides' syntax, in milliseconds; `build_config` then checks the values (importing torch and
+    every model and algorithm, for their options)."""
     if resume:
-        return read_run_config(resume, overrides)
+        return raw_run_config(resume, overrides)
     if config_path is None:
         raise ConfigError("mooring run: give a CONFIG file (or --resume RUN_DIR)")
-    from orchestrator.config import load_config
+    from orchestrator.config import apply_overrides, read_yaml
 
-    return load_config(config_path, overrides)
+    return apply_overrides(read_yaml(config_path), list(overrides)), str(config_path)

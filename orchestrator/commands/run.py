@@ -38,21 +38,20 @@ def main(args) -> int:
 
     import ray
 
-    from orchestrator.run import load_config_for_run, run_experiment
+    from orchestrator.run import run_experiment
     from orchestrator.tracking import resolve_uri
 
     if args.from_round is not None and not args.resume:
         from orchestrator.config import ConfigError
 
         raise ConfigError("--from-round N needs --resume RUN_DIR")
-    cfg = load_config_for_run(args.config, args.overrides, args.resume)
     if args.output_json:
         _check_writable(args.output_json)
-    before_run = seconds_since_launch()
     ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
     try:
+        cfg, data, before_run = config_and_ray(args, ray_started_here)
         result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
-                                progress=not args.quiet)
+                                progress=not args.quiet, data=data)
     except BaseException:
         shutdown_ray()
         raise
@@ -65,6 +64,51 @@ def main(args) -> int:
     if ray_started_here:
         exit_without_ray_shutdown()
     return 0
+
+
+def config_and_ray(args, start_ray: bool):
+    """The validated config, its data (a Future, or None: the run prepares it) and the phases so far (for
+    --profile). Where this command starts a local Ray instance, it starts it while a thread validates the config
+    and then prepares the data: validating imports torch and every model and algorithm, the data pyarrow (seconds
+    of CPU), and starting Ray is mostly waiting for its processes. The config file's own errors (missing, not
+    YAML, a bad --set) come first, before Ray; a bad value comes once Ray has started (and the caller stops it)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchestrator.config import build_config
+    from orchestrator.run import ensure_ray, raw_config_for_run
+
+    raw, source = raw_config_for_run(args.config, args.overrides, args.resume)
+    launched = seconds_since_launch()
+    if not start_ray:
+        return build_config(raw, source), None, {"start: interpreter, imports, config": [seconds_since_launch()]}
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mooring-config")
+    data_seconds: list[float] = []
+    validated = pool.submit(build_config, raw, source)
+    data = pool.submit(_checked_data, validated, data_seconds)  # one thread: after the validation
+    pool.shutdown(wait=False)
+    started = time.perf_counter()
+    ensure_ray(args.address)
+    ray_seconds = time.perf_counter() - started
+    return validated.result(), data, {"start: interpreter, imports": [launched],
+                                      "start: Ray (config, then data, in the background)": [ray_seconds],
+                                      "start: data (in the background)": data_seconds}
+
+
+def _checked_data(validated, seconds: list[float]):
+    """The data of a validated config once its output directories are known to be writable (as the run checks
+    them first, and this runs before the run)."""
+    import time
+
+    from orchestrator.run import check_output_dirs, prepare_data
+
+    cfg = validated.result()
+    check_output_dirs(cfg)
+    start = time.perf_counter()
+    try:
+        return prepare_data(cfg)
+    finally:
+        seconds.append(time.perf_counter() - start)
 
 
 def exit_without_ray_shutdown() -> None:
@@ -89,7 +133,7 @@ def seconds_since_launch() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def print_profile(result, before_run: float) -> None:
+def print_profile(result, before_run: dict[str, list[float]]) -> None:
     """Every phase's count, median and total (see orchestrator/phases.py), then Ray's shutdown, timed here."""
     import time
 
@@ -99,8 +143,7 @@ def print_profile(result, before_run: float) -> None:
 
     shutdown = time.perf_counter()
     ray.shutdown()
-    phases = {"start: interpreter, imports, config": [before_run], **result.phases,
-              "end: Ray shutdown": [time.perf_counter() - shutdown]}
+    phases = {**before_run, **result.phases, "end: Ray shutdown": [time.perf_counter() - shutdown]}
     print("\nwhere the time went (a phase marked 'in the background' overlaps others):")
     print(profile_table(phases))
 

@@ -103,7 +103,8 @@ class Tracker:
         exp = self.client.get_experiment_by_name(self.experiment)
         if exp is None:
             try:
-                return self.client.create_experiment(self.experiment, tags=self.EXPERIMENT_KIND)
+                return self.client.create_experiment(self.experiment, artifact_location=artifact_location(self.uri),
+                                                     tags=self.EXPERIMENT_KIND)
             except MlflowException:  # another process created it since the lookup
                 exp = self.client.get_experiment_by_name(self.experiment)
                 if exp is None:
@@ -184,3 +185,12 @@ class Tracker:
         if self.run_id is not None:
             self.flush()
             self._call(self.client.set_terminated, self.run_id, status)
+
+
+def artifact_location(uri: str | None) -> str | None:
+    """Where a new experiment keeps its runs' artifacts: beside a SQLite store's file (`mlartifacts/` in its
+    folder), since MLflow's default is `./mlruns` of whatever directory the run was started from (a test suite's
+    runs would land in the repository); None (MLflow's default) for any other store."""
+    if not uri or not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()

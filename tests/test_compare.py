@@ -63,6 +63,8 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
     client = MlflowClient(tracking_uri=base.tracking.uri)
     runs = [client.get_run(r["mlflow_run_id"]) for r in comp.rows]
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {comp.parent_run_id}
+    # artifacts beside the SQLite store, not in ./mlruns of the directory the tests run from
+    assert all(r.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri()) for r in runs)
     for seed in (0, 1):
         hashes = {r.data.tags["partition_hash"] for r, row in zip(runs, comp.rows) if row["seed"] == seed}
         assert len(hashes) == 1  # every method of a seed saw exactly the same partition

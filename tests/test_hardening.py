@@ -44,11 +44,12 @@ def test_an_output_directory_that_cannot_be_written_is_one_line(key, value, prob
 
 
 # ----------------------------------------------------------------------------------- non-finite loss
-def test_a_non_finite_loss_stops_the_round_naming_round_and_client():
+def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
     from orchestrator.datasets import prepare_data
     from orchestrator.federation import NonFiniteLoss, run_in_process
 
-    cfg = load_config("configs/default.yaml", ["data.num_clients=3", "train.optimizer.lr=1e30", "train.rounds=2"])
+    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=3", "train.optimizer.lr=1e30",
+                                                         "train.rounds=2"])
     with pytest.raises(NonFiniteLoss, match=r"^round 1: client \d reported training loss (nan|inf|-inf); lower "
                                             r"train.optimizer.lr"):
         run_in_process(cfg, prepare_data(cfg))

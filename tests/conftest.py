@@ -43,6 +43,26 @@ def keep_hypothesis_out_of_the_working_tree() -> None:
 
 keep_hypothesis_out_of_the_working_tree()
 
+# what a run writes where it starts when its config says nowhere else (MLflow's ./mlruns, partitions, runs)
+RUN_OUTPUTS = ("mlruns", "mlartifacts", "mlflow.db", ".mooring", "runs", "results")
+
+
+def written_outputs(root) -> set[str]:
+    from pathlib import Path
+
+    return {str(p) for name in RUN_OUTPUTS for p in [Path(root, name), *Path(root, name).rglob("*")] if p.exists()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_written_into_the_working_tree(request):
+    """Tests write nothing into the working tree: a run output that appears there during the session fails it."""
+    root = request.config.rootpath
+    before = written_outputs(root)
+    yield
+    new = sorted(written_outputs(root) - before)
+    assert not new, f"the tests wrote into the working tree: {new[:5]}"
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

@@ -152,8 +152,9 @@ def cli(*args, timeout=240):
                           timeout=timeout, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
 
 
-def test_bad_address_is_one_clear_line():
-    out = cli("run", "configs/default.yaml", "--address", "127.0.0.1:9")
+def test_bad_address_is_one_clear_line(workdir):
+    # the data is prepared while Ray is reached: its partition goes to the test's directory, not the repository
+    out = cli("run", "configs/default.yaml", *[f"--set={o}" for o in workdir], "--address", "127.0.0.1:9")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "error: --address 127.0.0.1:9: no Ray cluster reachable there (Connection refused); start one with "

@@ -8,16 +8,22 @@ STAMP := $(VENV)/.installed
 # torchvision cannot load.
 PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 
-.PHONY: install run test lint claims bench clean
+.PHONY: install lock run test lint claims bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@echo "installing Mooring and its dependencies into $(VENV) (PyTorch and Ray: a few minutes the first time)"
+# requirements.lock pins every package (made by uv from pyproject.toml's ranges; `make lock` refreshes it), so
+# a new machine gets exactly the versions `make test` last passed on.
+$(STAMP): pyproject.toml requirements.lock
+	@echo "installing Mooring and its locked dependencies into $(VENV) (PyTorch and Ray: a few minutes the first time)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP_REGISTRY) $(PY) -m pip install --upgrade pip
-	$(PIP_REGISTRY) $(PY) -m pip install --progress-bar on -e '.[dev,cluster]'
+	$(PIP_REGISTRY) $(PY) -m pip install --progress-bar on -r requirements.lock
+	$(PIP_REGISTRY) $(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Re-resolve the lock from pyproject.toml's ranges (needs uv: `pip install uv`), then `make test` before committing it.
+lock:
+	uv pip compile pyproject.toml --extra dev --extra cluster --universal --python-version 3.10 -o requirements.lock
 
 # every method of the five papers next to the baselines (helper variants such as fedavg_periodic are left out)
 METHODS := fedavg,fedprox,local,moon,fedfa,fedfm,fedfm_lite,fednh,fedproto,fedsa,feddebias

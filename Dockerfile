@@ -2,10 +2,11 @@
 # and the job driver. Build and push (the tag is the one the k8s/ manifests use):
 #   docker build -t ghcr.io/mooring-fl/mooring:0.1.0 .
 #   docker push ghcr.io/mooring-fl/mooring:0.1.0
+# Python and Ray are the lock's (.python-version, requirements.lock): every node of a Ray cluster must run the
+# driver's Ray and Python. tests/test_k8s_manifests.py checks that they agree with the lock and with
+# spec.rayVersion in k8s/raycluster.yaml.
 FROM python:3.11-slim
 
-# Ray must match spec.rayVersion in k8s/raycluster.yaml, and it must support local://
-# runtime_env URIs (k8s/rayjob.yaml runs the code in place from /app).
 ARG RAY_VERSION=2.60.0
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -26,9 +27,11 @@ RUN groupadd --gid 1000 mooring \
 WORKDIR /app
 COPY --chown=1000:1000 . /app
 
-# The [cluster] extra adds the PostgreSQL driver used by MLflow and Optuna. The PyPI torch
-# wheels bundle CUDA, so the same image serves the CPU and the GPU worker groups.
-RUN pip install ".[cluster]" "ray[default]==${RAY_VERSION}" \
+# The lock pins every package the tests passed on, the [cluster] extra's PostgreSQL driver (MLflow, Optuna)
+# included. The PyPI torch wheels bundle CUDA, so the same image serves the CPU and the GPU worker groups.
+RUN pip install -r requirements.lock \
+    && pip install --no-deps ".[cluster]" \
+    && python -c "import ray, sys; sys.exit(ray.__version__ != '${RAY_VERSION}')" \
     && rm -rf build ./*.egg-info
 
 USER 1000:1000

@@ -452,10 +452,27 @@ def test_ray_pods_point_at_mlflow_and_the_optuna_database() -> None:
         assert m.group("host") == "postgres" and m.group("db") in databases
 
 
-def test_rayversion_matches_the_dockerfile() -> None:
-    m = re.search(r"^ARG\s+RAY_VERSION=(\S+)", DOCKERFILE.read_text(encoding="utf-8"), re.M)
-    assert m, "Dockerfile must pin Ray with ARG RAY_VERSION=..."
-    assert the_one("RayCluster")["spec"]["rayVersion"] == m.group(1)
+def locked_version(package: str) -> str:
+    """The version requirements.lock pins for `package` (the lock pins one version per package)."""
+    lock = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    versions = set(re.findall(rf"^{re.escape(package)}==([^\s;]+)", lock, re.M))
+    assert len(versions) == 1, f"requirements.lock pins {package} as {sorted(versions)}"
+    return versions.pop()
+
+
+def test_the_image_cluster_and_instructions_run_the_locks_ray_and_python() -> None:
+    ray_version = locked_version("ray")
+    python = (ROOT / ".python-version").read_text(encoding="utf-8").strip()
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    m = re.search(r"^ARG\s+RAY_VERSION=(\S+)", dockerfile, re.M)
+    assert m and m.group(1) == ray_version, "Dockerfile's RAY_VERSION is not the lock's Ray"
+    assert the_one("RayCluster")["spec"]["rayVersion"] == ray_version
+    assert re.search(rf"^FROM python:{re.escape(python)}-slim\b", dockerfile, re.M), (
+        f"Dockerfile's base image is not Python {python}"
+    )
+    assert re.search(r"pip install -r requirements\.lock", dockerfile), "the image does not install the lock"
+    readme = README.read_text(encoding="utf-8")
+    assert f"Python {python} and Ray {ray_version}" in readme, "k8s/README.md does not name the lock's versions"
 
 
 # ----------------------------------------------------------------------------- RayJob

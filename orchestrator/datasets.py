@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -94,7 +95,8 @@ def _unreadable(uri: str, problem: str) -> PartitionError:
 
 
 def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return re.sub(r"^Could not open Parquet input source '[^']*': ", "", line)
 
 
 def prepare_data(cfg) -> FederatedData:

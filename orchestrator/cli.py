@@ -53,10 +53,10 @@ def command_named(argv: list[str]) -> str | None:
 def known_errors() -> tuple[type[BaseException], ...]:
     from orchestrator.config import ConfigError
     from orchestrator.run import RunError, RunInterrupted
-    from tasks.data.datasets import DatasetNotFound
+    from tasks.data.datasets import DataFileError, DatasetNotFound
     from tasks.data.partition import PartitionError
 
-    return ConfigError, RunError, RunInterrupted, DatasetNotFound, PartitionError
+    return ConfigError, RunError, RunInterrupted, DatasetNotFound, DataFileError, PartitionError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,16 @@ def read_bytes(uri: str) -> bytes:
         return f.read()
 
 
-def write_bytes_atomic(uri: str, data: bytes) -> None:
+def read_buffer(uri: str):
+    """The file's bytes in memory Arrow owns (a pyarrow.Buffer): for Arrow readers, which then hold no Python
+    object (one held by Arrow's own threads can abort the process when they drop it while the interpreter exits)."""
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read_buffer()
+
+
+def write_bytes_atomic(uri: str, data) -> None:
+    """Write `data` (bytes, or any buffer such as a pyarrow.Buffer) atomically."""
     fs, path = resolve(uri)
     fs.create_dir(posixpath.dirname(path), recursive=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -179,3 +180,73 @@ def test_a_100000_client_partition_is_stored_and_reloaded(tmp_path):
     assert sizes.min() >= 10 and sizes.sum() == len(y)
     unpickled = pickle.loads(pickle.dumps(reloaded))  # as Ray's object store passes it to the actors
     assert unpickled.content_hash() == made.content_hash() and unpickled.tally == made.tally
+
+
+# ---------------------------------------------------------------------------- a damaged stored partition
+def damage_truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def damage_empty(path):
+    path.write_bytes(b"")
+
+
+def damage_garbage(path):
+    path.write_bytes(b"PAR1 this is not a Parquet file PAR1")
+
+
+def damage_other_table(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+
+
+def damage_client_ids(path):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(0, "client", pc.add(table["client"], pa.scalar(100, pa.int32()))), path)
+
+
+def damage_content(path):
+    """Two samples swapped between clients, the recorded hash kept: a silently different partition."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    sample = table["sample"].to_numpy().copy()
+    first_of_client_1 = int(np.argmax(table["client"].to_numpy() == 1))
+    sample[[0, first_of_client_1]] = sample[[first_of_client_1, 0]]
+    pq.write_table(table.set_column(1, "sample", [sample]), path)
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (damage_truncate, r"not a readable Parquet file \("),
+    (damage_empty, r"not a readable Parquet file \("),
+    (damage_garbage, r"not a readable Parquet file \("),
+    (damage_other_table, "no client column of the expected type"),
+    (damage_client_ids, r"client ids outside 0\.\.9"),
+    (damage_content, "its content does not match the hash recorded in it"),
+])
+def test_a_damaged_stored_partition_is_one_line_naming_it(tmp_path, digits_y, damage, problem):
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}"])
+    _, uri = load_or_make_partition(cfg, digits_y)
+    damage(tmp_path / uri.split("/")[-1])
+    with pytest.raises(PartitionError, match=rf"^stored partition {re.escape(uri)}: {problem}.*; delete it and it is rebuilt$"):
+        load_or_make_partition(cfg, digits_y)
+
+
+def test_mooring_data_show_on_a_damaged_partition_is_one_line_and_exit_2(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    args = ["data", "show", "configs/default.yaml", "--set", f"data.partitions_dir={tmp_path}"]
+    assert main(args) == 0
+    stored = next(tmp_path.glob("partition-*.parquet"))
+    damage_truncate(stored)
+    capsys.readouterr()
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"error: stored partition {stored}: not a readable Parquet file (" + err.split(" (", 1)[1]
+    assert err.count("\n") == 1 and err.endswith("; delete it and it is rebuilt\n")

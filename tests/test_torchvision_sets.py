@@ -2,6 +2,7 @@
 unless asked."""
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import struct
@@ -14,7 +15,7 @@ import pytest
 import torchvision.datasets as tvd
 
 import tasks.data.torchvision_sets  # noqa: F401  (registers the loaders)
-from tasks.data.datasets import DATASETS, DatasetNotFound
+from tasks.data.datasets import DATASETS, DataFileError, DatasetNotFound
 
 IDX_UBYTE = 0x08  # idx type code of unsigned bytes
 TORCHVISION_CLASSES = [tvd.MNIST, tvd.FashionMNIST, tvd.EMNIST, tvd.CIFAR10, tvd.CIFAR100]
@@ -92,9 +93,15 @@ def test_emnist_reads_the_chosen_split(tmp_path, download_calls):
 
 
 def test_emnist_letters_shift_labels_to_start_at_zero(tmp_path):
-    write_mnist_like(tmp_path / "EMNIST" / "raw", "emnist-letters-train", "emnist-letters-test")
+    raw = tmp_path / "EMNIST" / "raw"
+    write_mnist_like(raw, "emnist-letters-train", "emnist-letters-test")
+    for prefix, (_, labels) in (("emnist-letters-train", MNIST_TRAIN), ("emnist-letters-test", MNIST_TEST)):
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels + 1)  # the letters are labelled 1..26
     ds = load(make_opts(tmp_path, "emnist", emnist_split="letters"))
-    assert_mnist_like(ds, "emnist", 26, label_offset=1)
+    assert_mnist_like(ds, "emnist", 26)
+    write_idx(raw / "emnist-letters-train-labels-idx1-ubyte", MNIST_TRAIN[1])  # a label 0: the unused class
+    with pytest.raises(DataFileError, match=r"emnist-letters-train-labels-idx1-ubyte: labels outside 1\.\.26"):
+        load(make_opts(tmp_path, "emnist", emnist_split="letters"))
 
 
 def test_emnist_rejects_an_unknown_split(tmp_path):
@@ -225,3 +232,166 @@ def test_a_failed_download_is_one_line(tmp_path, monkeypatch):
     assert str(caught.value) == (
         f"cifar10: could not download into {tmp_path}/cifar-10-batches-py: <urlopen error no network>"
     )
+
+
+# --------------------------------------------------------------------------- malformed and crafted files
+def one_line_error(opts) -> str:
+    with pytest.raises(DataFileError) as caught:
+        load(opts)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def idx_bad_magic(path: Path) -> None:
+    path.write_bytes(struct.pack(">I", 0x0000080B) + path.read_bytes()[4:])
+
+
+def idx_truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def idx_trailing(path: Path) -> None:
+    path.write_bytes(path.read_bytes() + b"\0")
+
+
+def idx_empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+@pytest.mark.parametrize(("file", "damage", "problem"), [
+    ("train-images-idx3-ubyte", idx_bad_magic,
+     "bad magic number 0x0000080b; an idx file of unsigned bytes with 3 dimensions starts with 0x00000803"),
+    ("t10k-images-idx3-ubyte", idx_truncated, "truncated: 2358 bytes, but its header (3 x 28 x 28 values) needs 2368"),
+    ("t10k-labels-idx1-ubyte", idx_trailing, "wrong size: 12 bytes, but its header (3 values) needs 11"),
+    ("train-labels-idx1-ubyte", idx_empty, "truncated: 0 bytes, less than an idx header of 8"),
+])
+def test_a_malformed_idx_file_is_one_line_naming_it(tmp_path, file, damage, problem):
+    raw = tmp_path / "MNIST" / "raw"
+    write_mnist_like(raw)
+    damage(raw / file)
+    assert one_line_error(make_opts(tmp_path, "mnist")) == f"{raw / file}: {problem}"
+
+
+@pytest.mark.parametrize(("name", "folder", "prefix"), [("fmnist", "FashionMNIST", "train"),
+                                                        ("emnist", "EMNIST", "emnist-balanced-train")])
+def test_the_other_idx_sets_check_their_files_too(tmp_path, name, folder, prefix):
+    raw = tmp_path / folder / "raw"
+    write_mnist_like(raw, *(("train", "t10k") if name == "fmnist" else ("emnist-balanced-train", "emnist-balanced-test")))
+    idx_bad_magic(raw / f"{prefix}-images-idx3-ubyte")
+    assert one_line_error(make_opts(tmp_path, name)).startswith(f"{raw / prefix}-images-idx3-ubyte: bad magic number ")
+
+
+def test_idx_labels_must_match_the_images_and_the_classes(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    write_mnist_like(raw)
+    write_idx(raw / "t10k-labels-idx1-ubyte", np.array([7, 2], dtype=np.uint8))
+    assert one_line_error(make_opts(tmp_path, "mnist")) == (
+        f"{raw}/t10k-labels-idx1-ubyte: 2 labels for the 3 images of {raw}/t10k-images-idx3-ubyte")
+    write_idx(raw / "t10k-labels-idx1-ubyte", np.array([7, 2, 10], dtype=np.uint8))
+    assert one_line_error(make_opts(tmp_path, "mnist")) == (
+        f"{raw}/t10k-labels-idx1-ubyte: labels outside 0..9 (found 2..10)")
+
+
+class WritesMarker:
+    """A pickle that, if unpickled by pickle.load, runs `call(*args)` and so creates the marker file."""
+
+    def __init__(self, call, args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
+@pytest.mark.parametrize("how", ["os.system", "builtins.open"])
+def test_a_crafted_cifar_pickle_is_refused_without_running_it(tmp_path, how):
+    write_cifar10(tmp_path)
+    marker = tmp_path / "MARKER"
+    payload = WritesMarker(os.system, (f"touch {marker}",)) if how == "os.system" else WritesMarker(open, (str(marker), "w"))
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    batch.write_bytes(pickle.dumps({"data": payload, "labels": [0]}, protocol=2))
+    message = one_line_error(make_opts(tmp_path, "cifar10"))
+    assert message.startswith(f"{batch}: it refers to ") and message.endswith(
+        ", which a CIFAR batch never holds; refused, not run")
+    assert not marker.exists()
+
+
+def cifar_batch(images: np.ndarray, labels: list) -> dict:
+    return {"batch_label": "training batch 1 of 5", "data": images, "labels": labels, "filenames": ["a.png"]}
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"", "not a readable CIFAR batch pickle (EOFError: Ran out of input)"),
+    (pickle.dumps(cifar_batch(cifar_images(0, 2), [1, 2]), protocol=2)[:300],
+     "not a readable CIFAR batch pickle (UnpicklingError: "),
+    (b"garbage, not a pickle", "not a readable CIFAR batch pickle (UnpicklingError: "),
+    (pickle.dumps([1, 2, 3], protocol=2), "not a CIFAR batch: expected a dict with 'data' and 'labels'"),
+    (pickle.dumps(cifar_batch(cifar_images(0, 2)[:, :100], [1, 2]), protocol=2),
+     "'data' is uint8 (2, 100); expected uint8 rows of 3072 bytes"),
+    (pickle.dumps(cifar_batch(cifar_images(0, 2), [1]), protocol=2), "'labels' must be 2 integers, one per image"),
+    (pickle.dumps(cifar_batch(cifar_images(0, 2), [1, 10]), protocol=2), "'labels' outside 0..9"),
+])
+def test_a_malformed_cifar_batch_is_one_line_naming_it(tmp_path, content, problem):
+    write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    batch.write_bytes(content)
+    assert one_line_error(make_opts(tmp_path, "cifar10")).startswith(f"{batch}: {problem}")
+
+
+def test_a_batch_of_the_official_size_must_have_the_official_md5(tmp_path):
+    write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "test_batch"
+    write_pickle(batch, cifar_batch(np.zeros((10_000, 3072), np.uint8), [0] * 10_000))
+    assert one_line_error(make_opts(tmp_path, "cifar10")) == (
+        f"{batch}: holds the official 10000 images but its MD5 is not the official {tvd.CIFAR10.test_list[0][1]}; "
+        "the file is damaged or altered: download it again")
+
+
+def test_cifar_batches_pickled_by_python_3_read_the_same(tmp_path):
+    """Protocol 5 pickles numpy arrays through another numpy function than protocol 2 does."""
+    _, _, test_images, test_labels = write_cifar10(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    (folder / "test_batch").write_bytes(pickle.dumps(cifar_batch(test_images, test_labels), protocol=5))
+    np.testing.assert_array_equal(load(make_opts(tmp_path, "cifar10")).x_test,
+                                  test_images.reshape(-1, 3, 32, 32) / np.float32(255))
+
+
+def python2_cpickle(images: np.ndarray, labels: list[int]) -> bytes:
+    """{'data': images, 'labels': labels} as Python 2's cPickle wrote CIFAR's batches (protocol 2, numpy 1):
+    byte strings as str, numpy's functions under numpy.core."""
+    def string(text: bytes) -> bytes:
+        return b"U" + bytes([len(text)]) + text if len(text) < 256 else b"T" + struct.pack("<I", len(text)) + text
+
+    def integer(n: int) -> bytes:
+        return b"K" + bytes([n]) if n < 256 else b"M" + struct.pack("<H", n)
+
+    dtype = (b"cnumpy\ndtype\n" + string(b"u1") + integer(0) + integer(1) + b"\x87R(" + integer(3) + string(b"|")
+             + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xff" + integer(0) + b"tb")
+    array = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + integer(0) + b"\x85" + string(b"b")
+             + b"\x87R(" + integer(1) + integer(len(images)) + integer(images.shape[1]) + b"\x86" + dtype + b"\x89"
+             + string(images.tobytes()) + b"tb")
+    return (b"\x80\x02}(" + string(b"data") + array + string(b"labels") + b"](" + b"".join(map(integer, labels))
+            + b"eu.")
+
+
+def test_cifar_batches_as_python_2_pickled_them_read_the_same(tmp_path):
+    _, _, test_images, test_labels = write_cifar10(tmp_path)
+    content = python2_cpickle(test_images, test_labels)
+    np.testing.assert_array_equal(pickle.loads(content, encoding="latin1")["data"], test_images)  # the format holds
+    (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(content)
+    ds = load(make_opts(tmp_path, "cifar10"))
+    np.testing.assert_array_equal(ds.x_test, test_images.reshape(-1, 3, 32, 32) / np.float32(255))
+    assert ds.y_test.tolist() == test_labels
+
+
+def test_mooring_data_show_on_a_malformed_data_root_is_one_line_and_exit_2(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    raw = tmp_path / "MNIST" / "raw"
+    write_mnist_like(raw)
+    idx_truncated(raw / "train-images-idx3-ubyte")
+    args = ["data", "show", "configs/default.yaml", "--set", "data.dataset=mnist", "--set", f"data.root={tmp_path}",
+            "--set", f"data.partitions_dir={tmp_path / 'partitions'}"]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {raw}/train-images-idx3-ubyte: truncated: 3926 bytes, but its header (5 x 28 x 28 values) needs 3936\n")

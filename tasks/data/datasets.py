@@ -31,6 +31,10 @@ class DatasetNotFound(Exception):
     """A dataset's files are not where the config says; the message names the directory and the files."""
 
 
+class DataFileError(Exception):
+    """A dataset file is there but is not what its format says; the message names the file and the problem."""
+
+
 # A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/config.py DataConfig.
 DATASETS: Registry = Registry("dataset")
 

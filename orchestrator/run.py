@@ -559,6 +559,7 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
                                                        ).remote(cfg, default_num_actors(cfg), log.run_dir)
             with phases("start: wait for the data"):
                 data = data_ready.result()
+            check_engine(cfg, data)
             tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
                     **(data.partition.tally.as_tags() if data.partition.tally else {}),
                     "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
@@ -582,6 +583,17 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
             _abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
     return coordinator, tracker
+
+
+def check_engine(cfg: ExperimentConfig, data) -> None:
+    """Refuse, before any client actor loads, a `train.engine` the method or its model cannot run on."""
+    from orchestrator.federation import build_algorithm
+    from tasks.algorithms.engines import choose_engine
+
+    try:
+        choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _abandon_set_up(coordinator, tracking_started, status: str) -> None:

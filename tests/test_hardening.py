@@ -3,6 +3,7 @@ corrupt or malicious checkpoints, a stop signal at any round count, a failed set
 instance's sockets."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -285,3 +286,55 @@ def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_p
     assert run.info.status == "KILLED"
     _, alive = psutil.wait_procs(tree[1:], timeout=60)  # Ray's processes of this run end with it
     assert alive == []
+
+
+# ------------------------------------------------------------------------------- under load
+UNDER_LOAD_REPEATS = int(os.environ.get("MOORING_UNDER_LOAD_REPEATS", "3"))
+
+
+@contextlib.contextmanager
+def cpu_burners(n: int = 2):
+    """n processes spinning on a core each, for the duration of the block: the load under which a race in an
+    early exit (a background thread still running while the interpreter shuts down) shows up."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+def one_line_refusals(commands: list[list[str]], parallel: int = 3) -> list[tuple[int, str]]:
+    """Each command's exit code and stderr, `parallel` of them running at a time."""
+    results, running, pending = [], [], list(commands)
+    while pending or running:
+        while pending and len(running) < parallel:
+            running.append(cli(*pending.pop(0)))
+        done = running.pop(0)
+        _, err = done.communicate(timeout=300)
+        results.append((done.returncode, err))
+    return results
+
+
+@pytest.mark.ray
+def test_early_refusals_under_load_exit_in_one_line_without_a_signal(finished_run, tmp_path):
+    """Every bad resume (each corruption, UNDER_LOAD_REPEATS times) and a config refused once its data is being
+    prepared: one line and exit 1 or 2, never a signal, with two CPU burners beside them."""
+    _, original, _ = finished_run
+    commands = []
+    for i, case in enumerate(CORRUPTIONS * UNDER_LOAD_REPEATS):
+        run = tmp_path / f"{i}" / original.name
+        shutil.copytree(original, run)
+        corrupt(case, run, tmp_path / "pwned")
+        commands.append(["run", "--resume", str(run), "--quiet"])
+    overrides = [*FAST, f"checkpoint.dir={tmp_path / 'runs'}", f"data.partitions_dir={tmp_path / 'p'}",
+                 "tracking.enabled=false", "algorithm.name=feddebias", "train.engine=vectorized"]
+    commands += [["run", "configs/default.yaml", "--quiet", *[f"--set={o}" for o in overrides]]] * UNDER_LOAD_REPEATS
+    with cpu_burners():
+        results = one_line_refusals(commands)
+    signalled = [(code, err[-300:]) for code, err in results if code < 0 or code > 2]
+    assert not signalled, f"{len(signalled)} of {len(results)} early exits ended by a signal: {signalled[:3]}"
+    for code, err in results:
+        assert code in (1, 2) and len(err.strip().splitlines()) == 1, err[-500:]
+    assert not (tmp_path / "pwned").exists()

@@ -267,6 +267,8 @@ class Algorithm:
     keeps_client_state: ClassVar[bool] = True
     # why the vectorized engine cannot train this method ("" = it can); the README lists every reason
     not_vectorized: ClassVar[str] = ""
+    # a variant kept for one paper's protocol (another evaluation, a sync period), left out of `--algorithms all`
+    protocol_variant: ClassVar[bool] = False
 
     def __init__(self, params: HyperParams, setup: Setup):
         self.params = params

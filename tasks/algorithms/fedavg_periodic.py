@@ -73,6 +73,7 @@ class PeriodicParams(HyperParams):
 @register
 class FedAvgPeriodic(PeriodicModelSync, Algorithm):
     name = "fedavg_periodic"
+    protocol_variant = True
     Params = PeriodicParams
 
     def aggregate(self, state, updates, round_idx):

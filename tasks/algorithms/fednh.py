@@ -198,6 +198,7 @@ class FedAvgPM(LatestLocalModelEvaluation, FedAvg):
     """FedAvg whose personalized model is its latest local model (fednh.md §5.1)."""
 
     name = "fedavg_pm"
+    protocol_variant = True
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
         update, _ = super().client_result(trained, train_loss, payload, data, client_state, ctx)
@@ -209,3 +210,4 @@ class LocalPM(LatestLocalModelEvaluation, Local):
     """Local, reporting PM(L) and PM(V) as well (fednh.md §9)."""
 
     name = "local_pm"
+    protocol_variant = True

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,92 +69,32 @@ def init_ray(**kwargs) -> None:
     preempt the actors that do the training. (A cluster started with `ray start` takes RAY_worker_niceness
     from that command's environment.) A local instance listens on 127.0.0.1 only, and a driver joining an
     instance at a loopback address joins it there (Ray would otherwise swap 127.0.0.1 for the machine's
-    outward address). A new local instance asked for without a dashboard starts lean (`lean_instance`)."""
+    outward address). A new local instance asked for without a dashboard starts lean. These three reach into
+    Ray's internals: orchestrator/ray_internals.py, where each is checked before it applies."""
 
     import ray
+
+    from orchestrator import ray_internals
 
     os.environ.setdefault("RAY_worker_niceness", "0")
     address = kwargs.get("address") or os.environ.get("RAY_ADDRESS")
     lean = nullcontext()
     if address is None:
-        token_auth_for_a_new_instance()
+        if "RAY_AUTH_MODE" not in os.environ:
+            ray_internals.enable_token_auth()
         kwargs = {**kwargs, "_system_config": {**INLINE_RETURNS, **kwargs.get("_system_config", {})}}
         if kwargs.get("include_dashboard") is False:
-            lean = lean_instance()
+            lean = ray_internals.lean_start()
     if address is None or is_loopback(address):
-        with loopback_only(), lean:
+        with ray_internals.loopback_only(), lean:
             ray.init(**kwargs)
     else:
         ray.init(**kwargs)
 
 
-@contextmanager
-def lean_instance():
-    """Start a local Ray instance without the parts a run on it never uses. Ray's include_dashboard=False still
-    starts the dashboard's server (for usage statistics) and waits for it; the node agent's dashboard modules
-    (metrics, logs and jobs over HTTP), which the raylet waits for before the node is up; and the autoscaler's
-    monitor. Each is a Python process importing aiohttp, gRPC and OpenTelemetry, and the driver imports those
-    too to check they are installed: seconds of CPU on the path to the first actor (benchmarks/README.md,
-    "Whole run"). Inside, Ray finds no dashboard to start, runs its agent in the mode of a minimal install and
-    starts no monitor; a Ray without these internals starts as it would anyway."""
-    import ray._private.node as node
-    import ray._private.services as services
-    import ray._private.utils as utils
-
-    lean = [(services, "start_api_server", lambda *args, **kwargs: (None, None)),
-            (utils, "get_dashboard_dependency_error", lambda: ImportError("not needed by this local instance")),
-            (node.Node, "start_monitor", lambda self: None)]
-    lean = [(owner, name, replacement) for owner, name, replacement in lean if hasattr(owner, name)]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in lean]
-    for owner, name, replacement in lean:
-        setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
-
-
-def token_auth_for_a_new_instance() -> None:
-    """Ray enables token authentication for a local instance it starts (creating ~/.ray/auth_token) and says
-    so in a warning on every command unless RAY_AUTH_MODE is set. Setting the variable alone is not enough:
-    Ray read its configuration at import, so this process would skip making the token that the instance's
-    servers then demand. Ray's own switch sets both; on a Ray without it, its default (and warning) stay."""
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    try:
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    except ImportError:
-        return
-    _enable_token_auth()
-
-
 def is_loopback(address: str) -> bool:
     host = urlparse(address if "://" in address else f"ray://{address}").hostname or ""
     return host == "localhost" or host.startswith("127.")
-
-
-@contextmanager
-def loopback_only():
-    """Make a Ray instance started inside bind to 127.0.0.1. Ray takes the node's address from the route to
-    the outside and its servers listen on every interface; it uses the loopback address (and binds its
-    servers to it) only where "clusters" are off, the default on macOS and Windows. Its processes inherit
-    the switch; it is set back in this process once they are started."""
-
-    from ray._private import ray_constants
-
-    previous = os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)
-    enabled = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = enabled
-        if previous is None:
-            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
-        else:
-            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = previous
 
 
 def ensure_ray(address: str | None = None) -> None:

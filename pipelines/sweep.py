@@ -50,6 +50,7 @@ from pipelines.sweep_config import (
     param_from_search_space,
     read_sweep_config,
 )
+from pipelines.trial_store import TrialReporter, TrialStore
 
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
 DRIVER_GRACE_SECONDS = 120.0  # a driver silent this long (heartbeat) is taken for gone
@@ -227,10 +228,9 @@ def distributions(sweep: Sweep) -> dict[str, Any]:
     return {path: p.distribution() for path, p in sweep.space.items()}
 
 
-def open_study(sweep: Sweep):
+def open_study(sweep: Sweep, storage_obj):
     """(study, created): created is True for the one driver whose call made the study."""
     optuna = quiet_optuna()
-    storage_obj = open_storage(sweep.storage_url)
     pruner = build_pruner(sweep.config.pruner)
     try:
         study = optuna.create_study(study_name=sweep.study_name, storage=storage_obj, direction="maximize",
@@ -252,7 +252,6 @@ def open_study(sweep: Sweep):
 @dataclass
 class TrialJob:
     number: int
-    trial_id: int
     cfg: ExperimentConfig
     study_name: str
     storage_url: str
@@ -299,9 +298,10 @@ def run_trial(job: TrialJob) -> TrialOutcome:
 
     quiet_optuna()
     t0 = time.perf_counter()
-    study = optuna.load_study(study_name=job.study_name, storage=open_storage(job.storage_url),
+    storage_obj = open_storage(job.storage_url)
+    study = optuna.load_study(study_name=job.study_name, storage=storage_obj,
                               sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(job.pruner))
-    trial = optuna.trial.Trial(study, job.trial_id)
+    trial = TrialReporter(study, TrialStore(storage_obj, job.study_name), job.number)
     metric = job.objective.metric
     history: list[dict[str, Any]] = []
 
@@ -389,8 +389,8 @@ class Driver:
     """One process running trials of a study; several may share it. Each records a heartbeat in the study
     and its id on the trials it runs, so a trial whose driver is gone is recognised and retried."""
 
-    def __init__(self, sweep: Sweep, study, parent_run_id: str | None, parallel: int, echo):
-        self.sweep, self.study, self.echo = sweep, study, echo
+    def __init__(self, sweep: Sweep, study, store: TrialStore, parent_run_id: str | None, parallel: int, echo):
+        self.sweep, self.study, self.store, self.echo = sweep, study, store, echo
         self.parent_run_id = parent_run_id
         self.parallel = parallel
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -446,7 +446,7 @@ class Driver:
         from optuna.exceptions import UpdateFinishedTrialError
 
         try:
-            self.study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
+            self.store.set_user_attr(trial.number, "fail_reason", reason)
             self.study.tell(trial.number, state=self.states.FAIL)
         except (UpdateFinishedTrialError, ValueError):
             return
@@ -468,7 +468,7 @@ class Driver:
         except ConfigError as e:
             self.tell(trial, TrialOutcome("failed", reason=str(e).removeprefix("config: ")))
             return True
-        job = TrialJob(trial.number, trial._trial_id, cfg, self.sweep.study_name, self.sweep.storage_url,
+        job = TrialJob(trial.number, cfg, self.sweep.study_name, self.sweep.storage_url,
                        self.sweep.config.pruner, self.sweep.config.objective, self.parent_run_id)
         self.pending[remote.remote(job)] = trial
         retry = trial.user_attrs.get("retry_of")
@@ -483,7 +483,7 @@ class Driver:
         ahead = sum(t.number < trial.number for t in self.trials(s.COMPLETE, s.PRUNED, s.RUNNING, s.WAITING))
         if ahead < self.sweep.n_trials:
             return True
-        self.study._storage.set_trial_state_values(trial._trial_id, s.WAITING)
+        self.store.put_back(trial.number)
         return False
 
     def finish(self, ref) -> None:
@@ -566,7 +566,7 @@ class Driver:
                 ray.cancel(ref, force=True)
             except Exception:  # Ray may be going down with us; the trial is failed and enqueued all the same
                 pass
-            self.fail_and_retry(self.study._storage.get_trial(trial._trial_id),
+            self.fail_and_retry(self.store.get(trial.number),
                                 "the sweep driver stopped while the trial ran; failed and enqueued again")
         self.pending.clear()
 
@@ -726,7 +726,8 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     from orchestrator.run import ensure_ray
     from pipelines.compare import default_parallel
 
-    study, created = open_study(sweep)
+    storage_obj = open_storage(sweep.storage_url)
+    study, created = open_study(sweep, storage_obj)
     if created:
         for params in sweep.config.enqueue:
             study.enqueue_trial(params)
@@ -740,7 +741,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     # n_trials is a param of the first call only (MLflow params never change): each call records its own
     tracker.set_tags({"n_trials": sweep.n_trials})
     tracker.log_summary(trial_counts(sweep, study), step=len(study.trials))
-    driver = Driver(sweep, study, tracker.run_id, parallel, echo)
+    driver = Driver(sweep, study, TrialStore(storage_obj, sweep.study_name), tracker.run_id, parallel, echo)
     c = driver.counts()
     echo(f"sweep {sweep.study_name}: {len(sweep.space)} parameters, {sweep.n_trials} trials, {parallel} at a time, "
          f"storage {redacted(sweep.storage_url)}"

@@ -243,11 +243,6 @@ def test_a_checkpoint_without_the_round_asked_for_is_one_line(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- signals
-def listening_addresses(pids: set[int]) -> set[str]:
-    return {c.laddr.ip for c in psutil.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids}
-
-
 def process_tree(pid: int) -> list[psutil.Process]:
     root = psutil.Process(pid)
     return [root, *root.children(recursive=True)]
@@ -266,9 +261,7 @@ def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_p
         while not any(runs.glob("*/metrics.jsonl")) and proc.poll() is None:  # the rounds have begun
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[1][-2000:]
-        tree = process_tree(proc.pid)
-        listening = listening_addresses({p.pid for p in tree})
-        assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening  # a local run: loopback only
+        tree = process_tree(proc.pid)  # its loopback-only sockets: tests/test_ray_internals.py
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:

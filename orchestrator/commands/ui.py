@@ -33,12 +33,14 @@ def configure(parser) -> None:
 
 def server_environment(uri: str, artifact_root: str) -> dict[str, str]:
     """What `mlflow server` hands its uvicorn worker (mlflow/server/__init__.py, _run_server), for a
-    browse-only server on `uri`: the store, artifacts read from where the runs put them, no job runner."""
-    from mlflow.environment_variables import _MLFLOW_IN_JOB_EXECUTOR, _MLFLOW_SGI_NAME
+    browse-only server on `uri`: the store, artifacts read from where the runs put them, no job runner.
+    MLflow's two private variables are named here, not imported: under an MLflow that renamed them they are
+    ignored, and its defaults do the same (no job executor; the server name only picks the flavour of the
+    auth app, which this server does not run)."""
     from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
 
-    return {BACKEND_STORE_URI_ENV_VAR: uri, ARTIFACT_ROOT_ENV_VAR: artifact_root, _MLFLOW_SGI_NAME.name: "uvicorn",
-            _MLFLOW_IN_JOB_EXECUTOR.name: "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    return {BACKEND_STORE_URI_ENV_VAR: uri, ARTIFACT_ROOT_ENV_VAR: artifact_root, "_MLFLOW_SGI_NAME": "uvicorn",
+            "_MLFLOW_IN_JOB_EXECUTOR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 class PageFirst:

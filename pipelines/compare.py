@@ -268,6 +268,15 @@ def parse_list(text: str | None, kind=str) -> list:
     return [kind(x.strip()) for x in text.split(",") if x.strip()] if text else []
 
 
+def refuse_duplicates(option: str, text: str | None, values: list) -> None:
+    """Each variant and seed once: a repeated one would silently run once (and name one row twice)."""
+    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if repeated is not None:
+        from orchestrator.config import ConfigError
+
+        raise ConfigError(f"{option} {text}: {repeated} is given more than once; give each once")
+
+
 def main(args) -> int:
     from orchestrator.config import ConfigError, load_config
     from tasks.algorithms import ALGORITHMS
@@ -281,6 +290,8 @@ def main(args) -> int:
         seeds = parse_list(args.seeds, int) or [base.seed]
     except ValueError:
         raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
+    refuse_duplicates("--algorithms", args.algorithms, names)
+    refuse_duplicates("--seeds", args.seeds, seeds)
     comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
                    parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
     table = summary_table(comp)

@@ -124,17 +124,21 @@ def test_a_signal_keeps_the_finished_runs_and_ends_the_others_killed(ray_session
     base = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "checkpoint.every=1"])
     variants = {"short": {"algorithm.name": "fedavg", "train.rounds": 2},
                 "long": {"algorithm.name": "fedprox", "train.rounds": 10**12}}
-    runs, compared = tmp_path / "runs", threading.Event()
+    runs, short_done, compared = tmp_path / "runs", threading.Event(), threading.Event()
 
-    def signal_once_both_have_progressed():
-        if wait_for(lambda: any(runs.glob("*-fedavg-*/result.json")) and any(runs.glob("*-fedprox-*/checkpoints/LATEST")),
+    def signal_once_short_is_done_and_long_checkpointed():
+        if wait_for(lambda: short_done.is_set() and any(runs.glob("*-fedprox-*/checkpoints/LATEST")),
                     lambda: not compared.is_set()):
             os.kill(os.getpid(), signal.SIGTERM)  # compare() takes it: its handler is in place while runs run
 
-    threading.Thread(target=signal_once_both_have_progressed, daemon=True).start()
+    def finished(line: str) -> None:  # compare lists each run it has collected
+        if line.split()[0] == "short":
+            short_done.set()
+
+    threading.Thread(target=signal_once_short_is_done_and_long_checkpointed, daemon=True).start()
     try:
         with pytest.raises(RunInterrupted) as stopped:
-            compare(base, variants, [0], tmp_path / "out", parallel=2, echo=lambda s: None, progress=False)
+            compare(base, variants, [0], tmp_path / "out", parallel=2, echo=finished, progress=False)
     finally:
         compared.set()
     [long_dir] = runs.glob("*-fedprox-*")

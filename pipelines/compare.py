@@ -12,11 +12,14 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from orchestrator.commands.common import add_address_arg, add_config_args
+
+if TYPE_CHECKING:
+    from orchestrator.run import StopSignals
 
 
 # ------------------------------------------------------------------------------------ metrics of a run
@@ -138,7 +141,7 @@ def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=pri
 
 
 def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None, results: dict, shown,
-                       stop, write) -> dict[Any, Job]:
+                       stop: StopSignals, write) -> dict[Any, Job]:
     """The submit-and-collect loop; returns the runs still in flight (none unless a stop signal came)."""
     import ray
 
@@ -297,7 +300,6 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     try:
         comp = run_jobs(jobs, parallel, tracker.run_id, echo, progress)
     except BaseException:
-        tracker.end_running_children("FAILED")
         tracker.end("FAILED")
         raise
     if comp.rows:

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orchestrator import safe_yaml
+
 
 class ConfigError(Exception):
     """A config problem, already phrased as one line: what, where, what is allowed."""
@@ -375,9 +377,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"--set {text!r}: the key must be a dotted path such as data.partition.alpha")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = safe_yaml.load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
+    except safe_yaml.YamlTooLarge as e:
+        raise ConfigError(f"--set {key}=...: value refused: {e}") from None
     return key.split("."), value
 
 
@@ -416,9 +420,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_yaml_mapping(text: str, path: str | Path) -> dict[str, Any]:
-    """YAML text → the top-level mapping; plain data only (`safe_load`: a `!!python/...` tag is an error)."""
+    """YAML text → the top-level mapping; plain data only (a `!!python/...` tag is an error), bounded in depth
+    and in what its aliases expand to (orchestrator/safe_yaml.py)."""
     try:
-        raw = yaml.safe_load(text)
+        raw = safe_yaml.load(text)
+    except safe_yaml.YamlTooLarge as e:
+        raise ConfigError(f"{path}: YAML refused: {e}") from None
     except yaml.constructor.ConstructorError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

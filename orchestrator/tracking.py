@@ -186,6 +186,19 @@ class Tracker:
             self.flush()
             self._call(self.client.set_terminated, self.run_id, status)
 
+    def end_running_children(self, status: str = "KILLED") -> None:
+        """End every run nested under this one that is still RUNNING: children whose process was stopped
+        before they could end themselves."""
+        if self.run_id is None or not self.enabled:
+            return
+        parent = self._call(self.client.get_run, self.run_id)
+        if parent is None:
+            return
+        running = self._call(self.client.search_runs, [parent.info.experiment_id],
+                             f"tags.mlflow.parentRunId = '{self.run_id}' and attributes.status = 'RUNNING'") or []
+        for run in running:
+            self._call(self.client.set_terminated, run.info.run_id, status)
+
 
 def artifact_location(uri: str | None) -> str | None:
     """Where a new experiment keeps its runs' artifacts: beside a SQLite store's file (`mlartifacts/` in its

@@ -12,11 +12,14 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from orchestrator.commands.common import add_address_arg, add_config_args
+
+if TYPE_CHECKING:
+    from orchestrator.run import StopSignals
 
 
 # ------------------------------------------------------------------------------------ metrics of a run
@@ -48,6 +51,16 @@ class Job:
     variant: str
     seed: int
     cfg: Any
+    run_dir: str | None = None  # chosen when the run is submitted, so that a stopped run can be named
+
+
+@dataclass
+class Stopped:
+    """What a stop signal left: the signal and the runs that did not finish, each with its run directory
+    (None: never started)."""
+
+    signum: int
+    unfinished: list[Job]
 
 
 @dataclass
@@ -55,6 +68,7 @@ class Comparison:
     rows: list[dict[str, Any]] = field(default_factory=list)
     histories: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     parent_run_id: str | None = None
+    stopped: Stopped | None = None
 
     def values(self, variant: str, spec: str) -> dict[int, float | None]:
         return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
@@ -83,50 +97,100 @@ def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actor
             for seed in seeds for name, overrides in variants.items()]
 
 
-def _run_job(cfg, parent_run_id):
+def _run_job(cfg, parent_run_id, run_dir):
     from orchestrator.run import run_experiment
 
-    return run_experiment(cfg, progress=False, parent_run_id=parent_run_id)
+    return run_experiment(cfg, progress=False, parent_run_id=parent_run_id, run_dir=run_dir)
+
+
+# seconds the runs in flight get, after a stop signal, to end their MLflow runs KILLED before they are killed
+STOP_GRACE_SECONDS = 30.0
 
 
 def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=print,
              progress: bool = True) -> Comparison:
-    """Run the jobs as Ray tasks, at most `parallel` at once; results in job order whatever finishes first."""
-    import ray
-
+    """Run the jobs as Ray tasks, at most `parallel` at once; results in job order whatever finishes first.
+    SIGINT or SIGTERM stops it: no run is started after it, the runs in flight are stopped (see stop_runs),
+    and the Comparison holds the runs that finished, with `stopped` saying what did not."""
     from orchestrator.progress import Progress
-    from orchestrator.run import summary_metrics
+    from orchestrator.run import StopSignals, summary_metrics
 
-    remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
-    out = Comparison(parent_run_id=parent_run_id)
-    pending: dict[Any, Job] = {}
-    queue = list(jobs)
     results: dict[tuple[str, int], Any] = {}
     shown = Progress(len(jobs), "runs", enabled=progress)
-    try:
-        while queue or pending:
-            while queue and len(pending) < parallel:
-                job = queue.pop(0)
-                pending[remote.remote(job.cfg, parent_run_id)] = job
-            shown.show(running(pending.values()))
-            done, _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(done[0])
-            result = ray.get(done[0])
-            results[(job.variant, job.seed)] = result
-            (shown.write if progress else echo)(
-                f"  {job.variant:<28} seed {job.seed:<5} global {_pct(result.final_accuracy)}  "
-                f"personalized {_pct(result.personalized_accuracy)}  ({result.wall_seconds:.0f} s)")
-            starting = queue[:max(0, parallel - len(pending))]  # submitted at the top of the next pass
-            shown.advance(1, running([*pending.values(), *starting]))
-    finally:
-        shown.close()
+    with StopSignals() as stop:
+        stop.in_rounds = True  # a signal is recorded, and the loop stops; a second one interrupts at once
+        try:
+            pending = _run_until_stopped(jobs, parallel, parent_run_id, results, shown, stop,
+                                         shown.write if progress else echo)
+        finally:
+            shown.close()
+        if stop.signum is not None:
+            stop_runs(pending, results)
+    out = Comparison(parent_run_id=parent_run_id)
     for job in jobs:
-        r = results[(job.variant, job.seed)]
+        r = results.get((job.variant, job.seed))
+        if r is None:
+            continue
         out.histories.setdefault(job.variant, {})[job.seed] = r.history
         out.rows.append({"variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
                          **summary_metrics(r.history), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
                          "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir})
+    if stop.signum is not None:
+        out.stopped = Stopped(stop.signum, [j for j in jobs if (j.variant, j.seed) not in results])
     return out
+
+
+def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None, results: dict, shown,
+                       stop: StopSignals, write) -> dict[Any, Job]:
+    """The submit-and-collect loop; returns the runs still in flight (none unless a stop signal came)."""
+    import ray
+
+    from orchestrator.run import new_run_dir
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
+    pending: dict[Any, Job] = {}
+    queue = list(jobs)
+    while (queue or pending) and stop.signum is None:
+        while queue and len(pending) < parallel:
+            job = queue.pop(0)
+            job.run_dir = new_run_dir(job.cfg)
+            pending[remote.remote(job.cfg, parent_run_id, job.run_dir)] = job
+        shown.show(running(pending.values()))
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=0.25)  # a signal is seen between waits
+        if not done:
+            continue
+        job = pending.pop(done[0])
+        result = ray.get(done[0])
+        results[(job.variant, job.seed)] = result
+        write(f"  {job.variant:<28} seed {job.seed:<5} global {_pct(result.final_accuracy)}  "
+              f"personalized {_pct(result.personalized_accuracy)}  ({result.wall_seconds:.0f} s)")
+        starting = queue[:max(0, parallel - len(pending))]  # submitted at the top of the next pass
+        shown.advance(1, running([*pending.values(), *starting]))
+    return pending
+
+
+def stop_runs(pending: dict[Any, Job], results: dict) -> None:
+    """Stop the runs in flight: Ray interrupts each (a KeyboardInterrupt in its task, which ends its MLflow run
+    KILLED and keeps its checkpoints, as a signal does to `mooring run`); those not ended within
+    STOP_GRACE_SECONDS, or all of them on a second signal, are killed. A run that finished meanwhile is kept
+    in `results`."""
+    import ray
+
+    for ref in pending:
+        ray.cancel(ref, recursive=False)  # the run's own actor calls are its to end
+    try:
+        done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE_SECONDS)
+    except KeyboardInterrupt:
+        done = []
+    for ref in pending:
+        if ref not in done:
+            ray.cancel(ref, force=True)
+    for ref in done:
+        try:
+            result = ray.get(ref)
+        except Exception:  # noqa: BLE001 - interrupted (RunInterrupted in the task) or killed: not finished
+            continue
+        results[(pending[ref].variant, pending[ref].seed)] = result
 
 
 def running(jobs) -> str:
@@ -223,7 +287,7 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
             echo=print, progress: bool = True) -> Comparison:
     from orchestrator.plots import experiment_title
-    from orchestrator.run import ensure_ray
+    from orchestrator.run import RunInterrupted, ensure_ray
     from orchestrator.tracking import Tracker
 
     ensure_ray(address)
@@ -238,13 +302,36 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     except BaseException:
         tracker.end("FAILED")
         raise
-    for path in save_outputs(comp, Path(out_dir), title=experiment_title(base, seeds)):
-        tracker.log_artifact(path)
-    table = summary_table(comp)
-    tracker.log_summary(parent_metrics(table))
-    tracker.log_table(table, "summary_table.json")
+    if comp.rows:
+        for path in save_outputs(comp, Path(out_dir), title=experiment_title(base, seeds)):
+            tracker.log_artifact(path)
+        table = summary_table(comp)
+        tracker.log_summary(parent_metrics(table))
+        tracker.log_table(table, "summary_table.json")
+    if comp.stopped is not None:
+        tracker.end_running_children("KILLED")
+        tracker.end("KILLED")
+        raise RunInterrupted(stopped_message(comp, len(jobs), out_dir), comp.stopped.signum)
     tracker.end("FINISHED")
     return comp
+
+
+def stopped_message(comp: Comparison, total: int, out_dir: str | Path) -> str:
+    """One line: how many runs finished and where their tables are, and each unfinished run with the command
+    that continues it from its checkpoint (or that it never started)."""
+    from orchestrator.checkpoint import latest_checkpoint
+
+    def fate(job: Job) -> str:
+        if job.run_dir is None:
+            return "not started"
+        if latest_checkpoint(job.run_dir) is None:
+            return "stopped before its first checkpoint"
+        return f"continue with `mooring run --resume {job.run_dir}`"
+
+    done = (f"{len(comp.rows)} of {total} runs finished, their tables in {out_dir}" if comp.rows
+            else f"none of the {total} runs finished, no tables written")
+    left = "; ".join(f"{job.variant} seed {job.seed}: {fate(job)}" for job in comp.stopped.unfinished)
+    return f"stopped; {done}; {left}"
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -268,6 +355,15 @@ def parse_list(text: str | None, kind=str) -> list:
     return [kind(x.strip()) for x in text.split(",") if x.strip()] if text else []
 
 
+def refuse_duplicates(option: str, text: str | None, values: list) -> None:
+    """Each variant and seed once: a repeated one would silently run once (and name one row twice)."""
+    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if repeated is not None:
+        from orchestrator.config import ConfigError
+
+        raise ConfigError(f"{option} {text}: {repeated} is given more than once; give each once")
+
+
 def main(args) -> int:
     from orchestrator.config import ConfigError, load_config
     from tasks.algorithms import ALGORITHMS
@@ -281,6 +377,8 @@ def main(args) -> int:
         seeds = parse_list(args.seeds, int) or [base.seed]
     except ValueError:
         raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
+    refuse_duplicates("--algorithms", args.algorithms, names)
+    refuse_duplicates("--seeds", args.seeds, seeds)
     comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
                    parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
     table = summary_table(comp)

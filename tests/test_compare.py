@@ -1,12 +1,21 @@
 """`mooring compare` and the claims rule: same partition per seed, tables, plots, nested MLflow runs."""
 from __future__ import annotations
 
+import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
+from orchestrator import checkpoint as ckpt
 from orchestrator.config import ClaimCheck, load_config
+from orchestrator.run import RunInterrupted
 from pipelines.claims import paired_verdict
 from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
 
@@ -78,3 +87,92 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
             {"final_global_accuracy", "best_global_accuracy", "bytes_sent", "wall_seconds"} <= set(run.data.metrics)
     local_run = next(r for r, row in zip(runs, comp.rows) if row["variant"] == "local")
     assert "final_global_accuracy" not in local_run.data.metrics
+
+
+# ------------------------------------------------------------------------------------ bad input, signals
+@pytest.mark.parametrize("option, value, repeated", [("--algorithms", "fedavg,fedprox,fedavg", "fedavg"),
+                                                     ("--seeds", "0,1,0", "0")])
+def test_a_variant_or_seed_given_twice_is_refused_in_one_line(capsys, option, value, repeated):
+    from orchestrator.cli import main
+
+    assert main(["compare", "configs/default.yaml", option, value, "--address", "127.0.0.1:1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [f"error: {option} {value}: {repeated} is given more than once; give "
+                                              "each once"]  # before Ray: the address is never tried
+
+
+def wait_for(paths_ready, proc_alive=lambda: True, limit: float = 300.0) -> bool:
+    """True once `paths_ready()` holds (the limit only keeps a broken run from hanging the suite)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc_alive():
+        if paths_ready():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def runs_of(uri: str) -> dict[str, object]:
+    """Every MLflow run of the store by name (the parent is compare-NAME)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    return {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name("mooring").experiment_id])}
+
+
+@pytest.mark.ray
+def test_a_signal_keeps_the_finished_runs_and_ends_the_others_killed(ray_session, workdir, tmp_path):
+    base = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "checkpoint.every=1"])
+    variants = {"short": {"algorithm.name": "fedavg", "train.rounds": 2},
+                "long": {"algorithm.name": "fedprox", "train.rounds": 10**12}}
+    runs, short_done, compared = tmp_path / "runs", threading.Event(), threading.Event()
+
+    def signal_once_short_is_done_and_long_checkpointed():
+        if wait_for(lambda: short_done.is_set() and any(runs.glob("*-fedprox-*/checkpoints/LATEST")),
+                    lambda: not compared.is_set()):
+            os.kill(os.getpid(), signal.SIGTERM)  # compare() takes it: its handler is in place while runs run
+
+    def finished(line: str) -> None:  # compare lists each run it has collected
+        if line.split()[0] == "short":
+            short_done.set()
+
+    threading.Thread(target=signal_once_short_is_done_and_long_checkpointed, daemon=True).start()
+    try:
+        with pytest.raises(RunInterrupted) as stopped:
+            compare(base, variants, [0], tmp_path / "out", parallel=2, echo=finished, progress=False)
+    finally:
+        compared.set()
+    [long_dir] = runs.glob("*-fedprox-*")
+    assert stopped.value.signum == signal.SIGTERM
+    assert str(stopped.value) == (f"stopped; 1 of 2 runs finished, their tables in {tmp_path / 'out'}; long seed 0: "
+                                  f"continue with `mooring run --resume {long_dir}`")
+    assert ckpt.checkpoint_to_resume(str(long_dir))  # verified
+    with open(tmp_path / "out" / "runs.csv") as f:
+        assert [row["variant"] for row in csv.DictReader(f)] == ["short"]
+    statuses = {name: run.info.status for name, run in runs_of(base.tracking.uri).items()}
+    assert statuses == {"compare-default": "KILLED", "default-fedavg-s0": "FINISHED", "default-fedprox-s0": "KILLED"}
+
+
+@pytest.mark.ray
+def test_sigterm_stops_mooring_compare_in_one_line_with_its_runs_killed(ray_session, workdir, tmp_path):
+    runs, uri = tmp_path / "runs", workdir[2].split("=", 1)[1]
+    sets = [*workdir, "data.num_clients=4", "train.rounds=1000000000000", "checkpoint.every=1"]
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "compare", "configs/default.yaml",
+                             "--algorithms", "fedavg", *[f"--set={s}" for s in sets], "--out", str(tmp_path / "out"),
+                             "--quiet", "--address", ray_session.get_runtime_context().gcs_address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: any(runs.glob("*/checkpoints/LATEST")), lambda: proc.poll() is None), \
+            proc.communicate()[1][-2000:]
+        assert runs_of(uri)["default-fedavg-s0"].info.status == "RUNNING"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    [run_dir] = runs.iterdir()
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err and "ray::" not in err, err
+    assert err.strip().splitlines()[-1] == ("interrupted: stopped; none of the 1 runs finished, no tables written; "
+                                            f"fedavg seed 0: continue with `mooring run --resume {run_dir}`")
+    assert not (tmp_path / "out").exists()
+    statuses = {name: run.info.status for name, run in runs_of(uri).items()}
+    assert statuses == {"compare-default": "KILLED", "default-fedavg-s0": "KILLED"}

@@ -1,6 +1,7 @@
 """The config schema: defaults, overrides, and one clear line for every kind of bad input."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config import ConfigError, build_config, load_config, with_overrides
+from orchestrator.config import ConfigError, build_config, load_config, read_yaml, with_overrides
 
 DEFAULT = "configs/default.yaml"
 
@@ -135,3 +136,34 @@ def test_any_malformed_config_is_a_config_error_or_valid(section, key, value):
 def test_out_of_range_or_mistyped_numbers_name_their_field(field, value):
     message = error_of([f"{field}={value}"])
     assert message.startswith(f"configs/default.yaml: {field} = ") and "\n" not in message
+
+
+@pytest.mark.parametrize("text", ["[" * 10_000 + "]" * 10_000, "seed: " + "{a: " * 10_000 + "1" + "}" * 10_000])
+def test_yaml_nested_past_the_limit_is_one_line(tmp_path, capsys, text):
+    from orchestrator.cli import main
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(text)
+    assert main(["config", "show", str(deep)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(rf"error: {deep}: YAML refused: nested more than 100 levels deep at line 1, column \d+ "
+                        r"\(at most 100 levels are read\)", line)
+    with pytest.raises(ConfigError) as refused:
+        load_config(DEFAULT, [f"seed={'[' * 10_000}"])
+    assert str(refused.value) == ("--set seed=...: value refused: nested more than 100 levels deep at line 1, "
+                                  "column 101 (at most 100 levels are read)")
+
+
+def test_an_alias_bomb_is_one_line_without_expanding_it(tmp_path):
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text("\n".join(lines) + "\n")  # 9⁹ strings once expanded
+    assert error_of([], str(bomb)) == (f"{bomb}: YAML refused: its aliases expand to more than 100,000 values (at "
+                                       "most 100,000 are read: an alias bomb?)")
+
+
+def test_anchors_and_aliases_within_the_limits_are_read(tmp_path):
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("data: &d {num_clients: 3}\nx: *d\ny: " + "[" * 98 + "]" * 98 + "\n")
+    assert read_yaml(shared)["x"] == {"num_clients": 3}

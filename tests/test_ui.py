@@ -59,3 +59,17 @@ def test_ui_serves_the_store_in_one_process_and_stops_on_a_signal(tmp_path, sig)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_port_in_use_is_one_line_before_any_url(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["ui", "--uri", f"sqlite:///{tmp_path}/m.db", "--port", str(port)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""  # no URL printed, no server started
+    assert err.splitlines() == [f"error: --port {port}: port {port} on 127.0.0.1 is already in use; choose another "
+                                "with --port"]

@@ -112,6 +112,32 @@ def mlflow_static_dir() -> Path:
     return Path(find_spec("mlflow").submodule_search_locations[0]) / "server" / "js" / "build"
 
 
+def check_can_listen(host: str, port: int) -> None:
+    """One line, before the URL is printed and the server started, when the UI could not listen on host:port
+    (uvicorn would report it only after the URL, as a logged `[Errno 98]`)."""
+    import errno
+    import socket
+
+    from orchestrator.config import ConfigError
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port}: a port is 1 to 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        # as uvicorn binds: a port left in TIME_WAIT by a closed server is free, one listened on is not
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(f"--port {port}: port {port} on {host} is already in use; choose another with "
+                                  "--port") from None
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None
+
+
 def main(args) -> int:
     from orchestrator.tracking import resolve_uri
 
@@ -119,6 +145,7 @@ def main(args) -> int:
     if configured and resolve_uri(configured).startswith(("http://", "https://")):
         print(f"runs are on a tracking server: open {configured} in a browser")
         return 0
+    check_can_listen(args.host, args.port)
     print(f"MLflow UI at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
     warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")  # MLflow's, not ours
     import uvicorn

@@ -403,20 +403,34 @@ def tmpfs(path: Path, options: str):
 
 
 @pytest.mark.ray
-def test_a_full_disk_at_a_checkpoint_is_one_line_naming_the_file_and_the_resume(finished_run, tmp_path):
-    cfg, _, _ = finished_run
+def test_a_checkpoint_on_a_full_disk_is_one_line_naming_the_file_and_the_resume(finished_run, tmp_path):
+    """A run's first checkpoint, and a client's state written in a Ray worker as a client actor writes it, on a
+    real filesystem too small for them: one line naming the file and the resume command, nothing half-written."""
+    import ray
+    import torch
+
+    from orchestrator import storage
+    from orchestrator.run import disk_full
+
+    _, original, _ = finished_run
+    snapshot = ckpt.load_server_snapshot(str(original / "checkpoints" / "round-000004"))
+    snapshot["state"] = {"weight": torch.zeros(32_000)}  # a global model of 128 kB
     with tmpfs(tmp_path / "disk", "size=64k") as disk:
-        small = load_config("configs/default.yaml", FAST + [
-            f"checkpoint.dir={disk}", f"data.partitions_dir={cfg.data.partitions_dir}",
-            f"tracking.uri={cfg.tracking.uri}", "algorithm.name=fedavg", "train.rounds=2"])
-        with pytest.raises(RunError) as failed:  # the rest fits, the first checkpoint's global model does not
-            run_experiment(small, progress=False)
-        [run] = disk.iterdir()
-        assert str(failed.value) == (f"{run}/checkpoints/round-000002/server.pt: No space left on device; free "
-                                     f"space there, then continue with `mooring run --resume {run}`")
+        run = disk / original.name
+        run.mkdir()
+        shutil.copy(original / "config.yaml", run)
+        server_pt, client_state = f"{run}/checkpoints/round-000004/server.pt", f"{run}/client_states/c0.r000005.pt"
+        with pytest.raises(OSError) as here:
+            ckpt.write_checkpoint(str(run), snapshot, {}, None)
+        with pytest.raises(ray.exceptions.RayTaskError) as in_a_worker:  # as a client actor writes a client's state
+            ray.get(ray.remote(num_cpus=0)(storage.write_bytes_atomic).remote(client_state, bytes(100_000)))
+        for line, path in ((disk_full(str(run), here.value), server_pt),
+                           (disk_full(str(run), in_a_worker.value), client_state)):
+            assert str(line) == (f"{path}: No space left on device; free space there, then continue with "
+                                 f"`mooring run --resume {run}`")
         assert not list(run.rglob("*.tmp-*"))
-        assert ckpt.checkpoint_rounds(str(run)) == []  # no half checkpoint
-        assert ckpt.checkpoint_to_resume(str(run)) is None  # the resume it names starts again from round 0
+        assert ckpt.checkpoint_rounds(str(run)) == []  # no half checkpoint: the resume it names starts at round 0
+        assert ckpt.checkpoint_to_resume(str(run)) is None
 
 
 # --------------------------------------------------------------------------------------- --output-json

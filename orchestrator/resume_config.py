@@ -23,9 +23,13 @@ SHOWN = 6  # changed keys named in the refusal; the rest counted
 
 
 def comparable(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The config as dotted keys and JSON values, the named algorithm's hyperparameters resolved to their
-    defaults (the other algorithms' blocks play no part in the run)."""
+    """The config as dotted keys and JSON values, the model's options and the named algorithm's hyperparameters
+    resolved to their defaults (the other algorithms' blocks play no part in the run)."""
+    from tasks.models import MODELS
+
     d = cfg.to_dict()
+    model_options = MODELS.get(cfg.model.name).params(**cfg.model.options).model_dump(mode="json")
+    d["model"] = {k: v for k, v in d["model"].items() if k not in model_options} | model_options
     d["algorithm"] = {"name": cfg.algorithm.name,
                       cfg.algorithm.name: cfg.algorithm.params_for().model_dump(mode="json")}
     return json.loads(json.dumps(flatten(d)))
@@ -62,21 +66,15 @@ def check_rounds(run_dir: str, cfg: ExperimentConfig, done: int) -> None:
 
 
 def changes(started: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """'key old → new' for each key that differs and may not change on a resume, in the config's order."""
-    keys = list(started) + [k for k in now if k not in started]
-    return [f"{k} {_shown(started, k)} → {_shown(now, k)}" for k in keys
-            if not _may_change(k) and started.get(k, _ABSENT) != now.get(k, _ABSENT)]
-
-
-_ABSENT = object()
+    """'key old → new' for each key that differs and may not change on a resume, in the config's order. Both
+    sides have every default resolved, so a key only one has comes from another version of Mooring (an option
+    added or removed since) and is not a change; the model or algorithm that has it differs by name anyway."""
+    return [f"{k} {json.dumps(started[k])} → {json.dumps(now[k])}" for k in started
+            if k in now and not _may_change(k) and started[k] != now[k]]
 
 
 def _may_change(key: str) -> bool:
     return any(key == p or key.startswith(p + ".") for p in MAY_CHANGE)
-
-
-def _shown(values: dict[str, Any], key: str) -> str:
-    return json.dumps(values[key]) if key in values else "(unset)"
 
 
 def _path(run_dir: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import suppress
 from typing import Any
 
 from orchestrator import storage
@@ -55,11 +56,18 @@ def write_checkpoint(run_dir: str, server_snapshot: dict[str, Any], changed: dic
     name = checkpoint_name(server_snapshot["round"])
     base = storage.join(checkpoints_dir(run_dir), name)
     files = {"server.pt": storage.torch_bytes(server_snapshot)}
-    for file_name, data in files.items():
-        storage.write_bytes_atomic(storage.join(base, file_name), data)
     manifest = {"round": server_snapshot["round"], "files": {k: manifest_entry(v) for k, v in files.items()},
                 "previous": previous, "client_states": {str(c): changed[c] for c in sorted(changed)}}
-    storage.write_bytes_atomic(storage.join(base, "manifest.json"), json.dumps(manifest, indent=1).encode())
+    new = not storage.exists(base)
+    try:
+        for file_name, data in files.items():
+            storage.write_bytes_atomic(storage.join(base, file_name), data)
+        storage.write_bytes_atomic(storage.join(base, "manifest.json"), json.dumps(manifest, indent=1).encode())
+    except OSError:
+        if new:  # half a checkpoint is none: a resume must not find it (the first one's would stop it)
+            with suppress(OSError):
+                storage.remove_tree(base)
+        raise
     mark_latest(run_dir, name)
     return base
 

@@ -19,6 +19,7 @@ import math
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import storage
+from orchestrator import resume_config, run_lock, storage
 from orchestrator.config import ConfigError, ExperimentConfig, build_config, flatten
 from orchestrator.phases import Phases
 from orchestrator.tracking import Tracker
@@ -386,13 +387,31 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
 
 
 def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop, data):
+    """The run, holding its directory's lock throughout; a full disk is one line with the way on."""
+    check_output_dirs(cfg)
+    run_dir = resume_dir or run_dir or new_run_dir(cfg)
+    try:
+        with run_lock.holding(run_dir):
+            return _run_holding(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
+                                from_round, stop, data)
+    except run_lock.RunDirInUse as e:
+        raise RunError(str(e)) from None
+    except OSError as e:
+        full = disk_full(run_dir, e)
+        if full is None:
+            raise
+        raise full from None
+
+
+def _run_holding(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir, from_round, stop,
+                 data):
     import ray
 
-    check_output_dirs(cfg)
-    snapshot = resume_snapshot(resume_dir, from_round) if resume_dir else None
+    if resume_dir:
+        resume_config.check_unchanged(resume_dir, cfg)
+    snapshot = resume_snapshot(resume_dir, from_round, cfg) if resume_dir else None
     t0 = time.perf_counter()
     phases = Phases()
-    run_dir = resume_dir or run_dir or new_run_dir(cfg)
     log = RunLog(run_dir)
     try:
         coordinator, tracker = _set_up(cfg, address, log, snapshot, parent_run_id, phases, stop, bool(resume_dir),
@@ -425,7 +444,8 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
         raise RunError(coordinator_lost(run_dir, len(history), e)) from None
     except ray.exceptions.RayTaskError as e:
         tracker.end("FAILED")
-        raise RunError(f"round {len(history) + 1} failed: {remote_error(e)}; {resume_hint(run_dir)}") from None
+        raise disk_full(run_dir, e) or RunError(f"round {len(history) + 1} failed: {remote_error(e)}; "
+                                                f"{resume_hint(run_dir)}") from None
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise RunInterrupted(f"stopped during round {len(history) + 1}; {resume_hint(run_dir)}",
@@ -437,8 +457,10 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
         stop.in_rounds = False
         result = summarize(cfg, history, wall_seconds=time.perf_counter() - t0, mlflow_run_id=tracker.run_id,
                            run_dir=run_dir, round_seconds=round_seconds, startup_seconds=startup)
-        log.write("result.json", strict_json(result.to_json(), indent=1))
         ray.kill(coordinator)
+        # a full disk here must not hide the error already on its way out
+        with suppress(OSError) if sys.exc_info()[1] is not None else nullcontext():
+            log.write("result.json", strict_json(result.to_json(), indent=1))
     if interrupted is not None:
         tracker.end("KILLED")
         raise RunInterrupted(interrupted, stop.signum)
@@ -452,18 +474,30 @@ def _run(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after
     return result
 
 
-def resume_snapshot(run_dir: str, from_round: int | None) -> dict[str, Any] | None:
-    """The verified server snapshot a resume starts from (None: no checkpoint yet, start at round 0).
-    Resuming from an earlier round makes it LATEST, which the client actors then load."""
+def resume_snapshot(run_dir: str, from_round: int | None, cfg: ExperimentConfig) -> dict[str, Any] | None:
+    """The verified server snapshot a resume starts from (None: no checkpoint yet, start at round 0), of a round
+    within cfg's train.rounds. Resuming from an earlier round makes it LATEST, which the client actors then load."""
     try:
         checkpoint = ckpt.checkpoint_to_resume(run_dir, from_round)
     except ckpt.CheckpointError as e:
         raise RunError(f"cannot resume: {e}") from None
     if checkpoint is None:
         return None
+    snapshot = ckpt.load_server_snapshot(checkpoint)
+    resume_config.check_rounds(run_dir, cfg, snapshot["round"])
     if from_round is not None:
         ckpt.mark_latest(run_dir, ckpt.checkpoint_name(from_round))
-    return ckpt.load_server_snapshot(checkpoint)
+    return snapshot
+
+
+def disk_full(run_dir: str, err: BaseException) -> RunError | None:
+    """A full disk (or quota) as one line naming the file and the way on, if that is what `err` is."""
+    full = storage.out_of_space(err)
+    if full is None:
+        return None
+    then = (f"continue with `mooring run --resume {run_dir}`" if storage.exists(storage.join(run_dir, "config.yaml"))
+            else "start the run again")  # a run that failed in set-up left no directory
+    return RunError(f"{full.filename or run_dir}: {full.strerror or 'no space left'}; free space there, then {then}")
 
 
 def resume_hint(run_dir: str) -> str:
@@ -493,6 +527,7 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
 
             if not resumed:
                 log.write("config.yaml", cfg.to_yaml())
+                resume_config.record(log.run_dir, cfg)
             with phases("start: launch coordinator"):
                 coordinator = CoordinatorActor.options(name=coordinator_name(log.run_dir),
                                                        scheduling_strategy=on_this_node(),

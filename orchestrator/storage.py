@@ -4,9 +4,12 @@ Writes are atomic: to a temporary name beside the target, then a move, so a read
 """
 from __future__ import annotations
 
+import errno
 import io
+import os
 import posixpath
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,13 +63,29 @@ def read_buffer(uri: str):
 
 
 def write_bytes_atomic(uri: str, data) -> None:
-    """Write `data` (bytes, or any buffer such as a pyarrow.Buffer) atomically."""
+    """Write `data` (bytes, or any buffer such as a pyarrow.Buffer) to `uri` whole or not at all: a failed write
+    (a full disk) leaves no temporary file, and its OSError names `uri` (pyarrow's names no file)."""
     fs, path = resolve(uri)
-    fs.create_dir(posixpath.dirname(path), recursive=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open_output_stream(tmp) as f:
-        f.write(data)
-    fs.move(tmp, path)
+    try:
+        fs.create_dir(posixpath.dirname(path), recursive=True)
+        with fs.open_output_stream(tmp) as f:
+            f.write(data)
+        fs.move(tmp, path)
+    except BaseException as e:
+        with suppress(OSError):
+            fs.delete_file(tmp)
+        if isinstance(e, OSError) and e.errno:
+            raise OSError(e.errno, os.strerror(e.errno), uri) from None
+        raise
+
+
+def out_of_space(err: BaseException) -> OSError | None:
+    """The full disk (or exhausted quota) behind `err`, raised here or in a Ray actor, if that is what it is."""
+    cause = getattr(err, "cause", None)  # a Ray task's error carries the actor's exception
+    if isinstance(cause, BaseException) and cause is not err:
+        return out_of_space(cause)
+    return err if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT) else None
 
 
 def list_dir(uri: str) -> list[str]:

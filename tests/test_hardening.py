@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import psutil
@@ -331,3 +332,170 @@ def test_early_refusals_under_load_exit_in_one_line_without_a_signal(finished_ru
     for code, err in results:
         assert code in (1, 2) and len(err.strip().splitlines()) == 1, err[-500:]
     assert not (tmp_path / "pwned").exists()
+
+
+# ------------------------------------------------------ resuming: a changed config, a busy directory, a full disk
+def files_of(run: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under `run`, with its modification time and bytes."""
+    return {str(p.relative_to(run)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(run.rglob("*"))
+            if p.is_file()}
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    return copy
+
+
+@pytest.mark.ray
+def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_run, tmp_path):
+    import yaml
+
+    from orchestrator.run import read_run_config
+
+    _, original, _ = finished_run
+    run = copy_of(original, tmp_path)
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    raw["model"]["hidden"], raw["data"]["num_clients"] = [32], 8
+    (run / "config.yaml").write_text(yaml.safe_dump(raw))
+    before = files_of(run)
+    with pytest.raises(ConfigError) as refused:
+        run_experiment(read_run_config(str(run), ["train.local_epochs=3"]), progress=False, resume_dir=str(run))
+    assert str(refused.value) == (
+        f"--resume {run}: its config.yaml (with any --set) differs from the config the run was started with: "
+        "data.num_clients 6 → 8, model.hidden [128] → [32], train.local_epochs 2 → 3; resume with the original "
+        "config or start a new run")
+    after = files_of(run)
+    after.pop(".lock"), before.pop(".lock")  # the refusing run held the directory meanwhile
+    assert after == before
+
+
+@pytest.mark.ray
+def test_a_resume_may_extend_the_run_and_change_where_it_runs_not_shrink_it(finished_run, tmp_path):
+    from orchestrator import resume_config
+    from orchestrator.run import read_run_config
+
+    _, original, _ = finished_run
+    run = copy_of(original, tmp_path)
+    resume_config.check_unchanged(str(run), read_run_config(str(run), [
+        "train.rounds=10", "resources.num_actors=1", "train.engine=vectorized", "checkpoint.every=1",
+        f"data.partitions_dir={tmp_path / 'elsewhere'}", "name=renamed"]))
+    before = files_of(run)
+    with pytest.raises(ConfigError, match=rf"^--resume {run}: train.rounds = 3, but the run's checkpoint is of "
+                                          r"round 4; train.rounds may grow on a resume, not shrink below the rounds "
+                                          r"done$"):
+        run_experiment(read_run_config(str(run), ["train.rounds=3"]), progress=False, resume_dir=str(run))
+    after = files_of(run)
+    after.pop(".lock"), before.pop(".lock")
+    assert after == before
+
+
+HOLD_THE_LOCK = """
+import sys
+from orchestrator.run_lock import holding
+with holding(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.ray
+def test_a_second_run_in_a_run_directory_is_refused_naming_the_first(finished_run, tmp_path, capsys):
+    import socket
+
+    from orchestrator.cli import report_known_error
+    from orchestrator.run_lock import holding
+
+    cfg, original, _ = finished_run
+    run = copy_of(original, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(run)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = files_of(run)
+        with pytest.raises(RunError) as resumed:
+            run_experiment(cfg, progress=False, resume_dir=str(run))
+        with pytest.raises(RunError) as started:  # a new run given that directory
+            run_experiment(cfg, progress=False, run_dir=str(run))
+        assert files_of(run) == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    expected = (f"{run} is in use by another run (pid {holder.pid} on {socket.gethostname()}); wait for it to end, "
+                "or stop it (SIGINT or SIGTERM checkpoints it) and resume then")
+    assert str(resumed.value) == str(started.value) == expected
+    assert report_known_error(resumed.value) == 1
+    assert capsys.readouterr().err == f"error: {expected}\n"
+    with holding(str(run)):  # the kernel released it with its holder
+        pass
+
+
+@contextmanager
+def tmpfs(path: Path, options: str):
+    """A tmpfs mounted at `path` (a real small or read-only filesystem), unmounted after; the test is skipped,
+    saying why, where this process may not mount one."""
+    path.mkdir()
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
+                                 text=True)
+    except FileNotFoundError:
+        pytest.skip("no mount command on this machine, to make a small filesystem")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+@pytest.mark.ray
+def test_a_checkpoint_on_a_full_disk_is_one_line_naming_the_file_and_the_resume(finished_run, tmp_path):
+    """A run's first checkpoint, and a client's state written in a Ray worker as a client actor writes it, on a
+    real filesystem too small for them: one line naming the file and the resume command, nothing half-written."""
+    import ray
+    import torch
+
+    from orchestrator import storage
+    from orchestrator.run import disk_full
+
+    _, original, _ = finished_run
+    snapshot = ckpt.load_server_snapshot(str(original / "checkpoints" / "round-000004"))
+    snapshot["state"] = {"weight": torch.zeros(32_000)}  # a global model of 128 kB
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        run = disk / original.name
+        run.mkdir()
+        shutil.copy(original / "config.yaml", run)
+        server_pt, client_state = f"{run}/checkpoints/round-000004/server.pt", f"{run}/client_states/c0.r000005.pt"
+        with pytest.raises(OSError) as here:
+            ckpt.write_checkpoint(str(run), snapshot, {}, None)
+        with pytest.raises(ray.exceptions.RayTaskError) as in_a_worker:  # as a client actor writes a client's state
+            ray.get(ray.remote(num_cpus=0)(storage.write_bytes_atomic).remote(client_state, bytes(100_000)))
+        for line, path in ((disk_full(str(run), here.value), server_pt),
+                           (disk_full(str(run), in_a_worker.value), client_state)):
+            assert str(line) == (f"{path}: No space left on device; free space there, then continue with "
+                                 f"`mooring run --resume {run}`")
+        assert not list(run.rglob("*.tmp-*"))
+        assert ckpt.checkpoint_rounds(str(run)) == []  # no half checkpoint: the resume it names starts at round 0
+        assert ckpt.checkpoint_to_resume(str(run)) is None
+
+
+# --------------------------------------------------------------------------------------- --output-json
+@pytest.mark.parametrize("case", ["a directory", "its directory missing", "its directory a file",
+                                  "its directory read-only"])
+def test_a_bad_output_json_is_refused_before_the_run(case, tmp_path, capsys):
+    from orchestrator import cli
+
+    (tmp_path / "file").write_text("")
+    path, problem = {
+        "a directory": (tmp_path, "a directory; give the path of a file to write the result to"),
+        "its directory missing": (tmp_path / "no" / "r.json", f"directory {tmp_path / 'no'} does not exist"),
+        "its directory a file": (tmp_path / "file" / "r.json", f"{tmp_path / 'file'} is a file, not a directory"),
+        "its directory read-only": (tmp_path / "ro" / "r.json",
+                                    f"cannot write in {tmp_path / 'ro'} (Read-only file system)"),
+    }[case]
+    with tmpfs(tmp_path / "ro", "ro,size=64k") if case.endswith("read-only") else nullcontext():
+        code = cli.main(["run", "configs/default.yaml", "--quiet", "--output-json", str(path),
+                         "--set", f"checkpoint.dir={tmp_path / 'runs'}"])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: --output-json {path}: {problem}\n"
+    assert not (tmp_path / "runs").exists()  # refused before anything was written

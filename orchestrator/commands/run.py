@@ -158,11 +158,26 @@ def shutdown_ray() -> None:
 
 
 def _check_writable(path: str) -> None:
-    """Refuse a bad --output-json before hours of training, not after."""
+    """Refuse a bad --output-json before hours of training, not after: a directory, a parent that is missing or
+    a file, or one that cannot be written in (tried with an empty file, removed at once)."""
+    import os
     from pathlib import Path
 
     from orchestrator.config import ConfigError
 
-    parent = Path(path).absolute().parent
-    if not parent.is_dir():
+    target = Path(path).absolute()
+    parent = target.parent
+    if target.is_dir():
+        raise ConfigError(f"--output-json {path}: a directory; give the path of a file to write the result to")
+    if not parent.exists():
         raise ConfigError(f"--output-json {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise ConfigError(f"--output-json {path}: {parent} is a file, not a directory")
+    probe = parent / f".mooring-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ConfigError(f"--output-json {path}: the file exists and cannot be written")

@@ -25,11 +25,10 @@ $(STAMP): pyproject.toml requirements.lock
 lock:
 	uv pip compile pyproject.toml --extra dev --extra cluster --universal --python-version 3.10 -o requirements.lock
 
-# every method of the five papers next to the baselines (helper variants such as fedavg_periodic are left out)
-METHODS := fedavg,fedprox,local,moon,fedfa,fedfm,fedfm_lite,fednh,fedproto,fedsa,feddebias
-
+# every registered method: the five papers' next to the baselines (protocol variants such as fedavg_periodic,
+# marked `protocol_variant` on their class, are left out)
 run: install
-	$(VENV)/bin/mooring compare configs/default.yaml --algorithms $(METHODS) --seeds 0 --out results/default
+	$(VENV)/bin/mooring compare configs/default.yaml --all-algorithms --seeds 0 --out results/default
 
 test: install
 	$(VENV)/bin/ruff check orchestrator tasks pipelines tests benchmarks

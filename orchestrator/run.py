@@ -477,10 +477,7 @@ def _run_holding(cfg, address, resume_dir, progress, parent_run_id, on_round, st
 def resume_snapshot(run_dir: str, from_round: int | None, cfg: ExperimentConfig) -> dict[str, Any] | None:
     """The verified server snapshot a resume starts from (None: no checkpoint yet, start at round 0), of a round
     within cfg's train.rounds. Resuming from an earlier round makes it LATEST, which the client actors then load."""
-    try:
-        checkpoint = ckpt.checkpoint_to_resume(run_dir, from_round)
-    except ckpt.CheckpointError as e:
-        raise RunError(f"cannot resume: {e}") from None
+    checkpoint = verified_checkpoint(run_dir, from_round)
     if checkpoint is None:
         return None
     snapshot = ckpt.load_server_snapshot(checkpoint)
@@ -488,6 +485,15 @@ def resume_snapshot(run_dir: str, from_round: int | None, cfg: ExperimentConfig)
     if from_round is not None:
         ckpt.mark_latest(run_dir, ckpt.checkpoint_name(from_round))
     return snapshot
+
+
+def verified_checkpoint(run_dir: str, from_round: int | None) -> str | None:
+    """The checkpoint a resume of `run_dir` starts from, every file of it verified (None: no checkpoint yet); a
+    damaged one is one RunError line naming the file and the newest intact checkpoint."""
+    try:
+        return ckpt.checkpoint_to_resume(run_dir, from_round)
+    except ckpt.CheckpointError as e:
+        raise RunError(f"cannot resume: {e}") from None
 
 
 def disk_full(run_dir: str, err: BaseException) -> RunError | None:
@@ -763,7 +769,8 @@ def _import_plotting_meanwhile(run_dir: str) -> None:
         with suppress(Exception):
             import_pyplot()
 
-    threading.Thread(target=quietly, name="mooring-import-matplotlib", daemon=True).start()
+    # not a daemon: the interpreter ending a daemon thread inside an extension's C++ init (an early exit) aborts
+    threading.Thread(target=quietly, name="mooring-import-matplotlib").start()
 
 
 def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:

@@ -340,7 +340,8 @@ def configure(parser) -> None:
     add_address_arg(parser)
     parser.add_argument("--algorithms", default=None, metavar="A,B,...",
                         help="comma-separated algorithm names (default: the config's algorithm.name)")
-    parser.add_argument("--all-algorithms", action="store_true", help="every registered algorithm")
+    parser.add_argument("--all-algorithms", action="store_true",
+                        help="every registered method but the protocol variants (fedavg_pm, local_pm, ...)")
     parser.add_argument("--seeds", default=None, metavar="S,S,...", help="comma-separated seeds (default: the config's seed)")
     parser.add_argument("--out", default="results/compare", metavar="DIR",
                         help="directory for the tables, histories and plot (default: results/compare)")
@@ -349,6 +350,13 @@ def configure(parser) -> None:
     parser.add_argument("--output-json", default=None, metavar="PATH",
                         help="also write the summary table (one object per variant) as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (finished runs are still listed)")
+
+
+def every_method() -> list[str]:
+    """Every registered method (those of installed plug-ins too) but the variants kept for one paper's protocol."""
+    from tasks.algorithms import ALGORITHMS
+
+    return [name for name in ALGORITHMS.names() if not ALGORITHMS.get(name).protocol_variant]
 
 
 def parse_list(text: str | None, kind=str) -> list:
@@ -369,7 +377,7 @@ def main(args) -> int:
     from tasks.algorithms import ALGORITHMS
 
     base = load_config(args.config, args.overrides)
-    names = ALGORITHMS.names() if args.all_algorithms else parse_list(args.algorithms) or [base.algorithm.name]
+    names = every_method() if args.all_algorithms else parse_list(args.algorithms) or [base.algorithm.name]
     for name in names:
         if name not in ALGORITHMS:
             raise ConfigError(f"--algorithms: unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS.names())}")

@@ -176,3 +176,15 @@ def test_sigterm_stops_mooring_compare_in_one_line_with_its_runs_killed(ray_sess
     assert not (tmp_path / "out").exists()
     statuses = {name: run.info.status for name, run in runs_of(uri).items()}
     assert statuses == {"compare-default": "KILLED", "default-fedavg-s0": "KILLED"}
+
+
+def test_all_algorithms_is_every_registered_method_but_the_protocol_variants():
+    from pipelines.compare import every_method
+    from tasks.algorithms import ALGORITHMS
+
+    methods = every_method()
+    assert {"fedavg", "fedprox", "moon", "local", "fedproto", "fedfa", "fedfm", "fedsa", "feddebias", "fednh"} <= set(
+        methods)
+    variants = set(ALGORITHMS.names()) - set(methods)
+    assert variants == {name for name in ALGORITHMS.names() if ALGORITHMS.get(name).protocol_variant}
+    assert {"fedavg_pm", "local_pm", "fedavg_periodic"} <= variants

@@ -47,13 +47,18 @@ def main(args) -> int:
         raise ConfigError("--from-round N needs --resume RUN_DIR")
     if args.output_json:
         _check_writable(args.output_json)
+    if args.resume:
+        from orchestrator.run import verified_checkpoint
+
+        verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
     ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
     try:
         cfg, data, before_run = config_and_ray(args, ray_started_here)
         result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
                                 progress=not args.quiet, data=data)
     except BaseException:
-        shutdown_ray()
+        if ray_started_here:
+            shutdown_ray()
         raise
     print_summary(result, resolve_uri(cfg.tracking.uri) if cfg.tracking.enabled else None)
     if args.output_json:

@@ -55,7 +55,8 @@ class PageFirst:
         self._app = None
         self._failure: BaseException | None = None
         self._loaded = threading.Event()
-        threading.Thread(target=self._load, args=(load_app,), name="mlflow-app-import", daemon=True).start()
+        # not a daemon: the interpreter ending a daemon thread inside an extension's C++ init (an early exit) aborts
+        threading.Thread(target=self._load, args=(load_app,), name="mlflow-app-import").start()
 
     def _load(self, load_app) -> None:
         try:

@@ -10,7 +10,7 @@ from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import ClientHost, Server, build_algorithm, run_in_process
 from tasks.algorithms import ALGORITHMS
-from tasks.algorithms.base import Algorithm, batch_mean, cross_entropy
+from tasks.algorithms.base import batch_mean, cross_entropy
 from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
 
 # float32 tolerances, vectorized against sequential after a round (|a − b| ≤ atol + RTOL·|b|): the arithmetic differs
@@ -20,15 +20,9 @@ SGD_ATOL = 2e-5
 ADAM_ATOL = 2e-4
 RTOL = 1e-5
 
-
-
-def trains_through_local_loss(cls) -> bool:
-    """A method the vectorized engine can train: it states a local loss rather than its own client_update."""
-    return not cls.not_vectorized and cls.client_update is Algorithm.client_update
-
-
-# every registered method, so a new one is checked on both engines without being listed here
-VECTORIZED = [name for name in ALGORITHMS.names() if trains_through_local_loss(ALGORITHMS.get(name))]
+# every registered method, so a new one is checked on both engines without being listed here: at its defaults,
+# each trains vectorised unless its class states why it cannot
+VECTORIZED = [name for name in ALGORITHMS.names() if not ALGORITHMS.get(name).not_vectorized]
 FALLBACK = [name for name in ALGORITHMS.names() if name not in VECTORIZED]
 
 

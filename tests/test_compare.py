@@ -55,9 +55,9 @@ def test_paired_rule_counts_wins_and_tests_the_mean_difference():
 def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    base = load_config("configs/default.yaml", workdir + ["train.rounds=3", "data.num_clients=6"])
-    variants = {"fedavg": {"algorithm.name": "fedavg"}, "fedprox": {"algorithm.name": "fedprox"},
-                "local": {"algorithm.name": "local"}}
+    base = load_config("configs/default.yaml", workdir + ["train.rounds=3", "data.num_clients=6",
+                                                          "resources.num_actors=1"])
+    variants = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name": "local"}}
     comp = compare(base, variants, [0, 1], tmp_path / "out", echo=lambda s: None)
     assert [(r["variant"], r["seed"]) for r in comp.rows] == [(v, s) for s in (0, 1) for v in variants]
     table = {row["variant"]: row for row in summary_table(comp)}

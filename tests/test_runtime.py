@@ -113,7 +113,7 @@ def test_a_killed_client_actor_is_restarted_and_its_clients_retried(ray_session,
 
     from orchestrator.actors import CoordinatorActor
 
-    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "train.local_epochs=150", "train.engine=sequential",
+    cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "train.local_epochs=50", "train.engine=sequential",
                                                          "resources.num_actors=2", "train.rounds=3", "algorithm.name=local",
                                                          "resources.resident_clients=1"])
     data = prepare_data(cfg)

@@ -73,3 +73,9 @@ def test_a_port_in_use_is_one_line_before_any_url(tmp_path, capsys):
     assert code == 2 and out == ""  # no URL printed, no server started
     assert err.splitlines() == [f"error: --port {port}: port {port} on 127.0.0.1 is already in use; choose another "
                                 "with --port"]
+
+
+def test_mlflow_s_built_ui_is_where_the_ui_serves_it_from():
+    from orchestrator.mlflow_internals import mlflow_static_dir
+
+    assert (mlflow_static_dir() / "index.html").is_file()

@@ -17,8 +17,9 @@ import asyncio
 import os
 import threading
 import warnings
-from importlib.util import find_spec
 from pathlib import Path
+
+from orchestrator.mlflow_internals import load_mlflow_app, mlflow_static_dir
 
 
 def configure(parser) -> None:
@@ -29,18 +30,6 @@ def configure(parser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only; MLflow answers other host "
                              "names only if MLFLOW_SERVER_ALLOWED_HOSTS lists them)")
-
-
-def server_environment(uri: str, artifact_root: str) -> dict[str, str]:
-    """What `mlflow server` hands its uvicorn worker (mlflow/server/__init__.py, _run_server), for a
-    browse-only server on `uri`: the store, artifacts read from where the runs put them, no job runner.
-    MLflow's two private variables are named here, not imported: under an MLflow that renamed them they are
-    ignored, and its defaults do the same (no job executor; the server name only picks the flavour of the
-    auth app, which this server does not run)."""
-    from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
-
-    return {BACKEND_STORE_URI_ENV_VAR: uri, ARTIFACT_ROOT_ENV_VAR: artifact_root, "_MLFLOW_SGI_NAME": "uvicorn",
-            "_MLFLOW_IN_JOB_EXECUTOR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 class PageFirst:
@@ -92,25 +81,6 @@ class PageFirst:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-def load_mlflow_app(uri: str):
-    """MLflow's FastAPI app on the store `uri`, set up as `mlflow server --no-serve-artifacts` would."""
-    from mlflow.server.handlers import initialize_backend_stores
-    from mlflow.utils.server_cli_utils import resolve_default_artifact_root
-
-    artifact_root = resolve_default_artifact_root(False, None, uri)
-    os.environ.update(server_environment(uri, artifact_root))
-    initialize_backend_stores(uri, uri, artifact_root)  # creates or upgrades the store's tables, as mlflow server
-    from mlflow.server.fastapi_app import app
-
-    print(f"browsing the runs in {uri}", flush=True)
-    return app
-
-
-def mlflow_static_dir() -> Path:
-    """MLflow's built UI, found without importing MLflow."""
-    return Path(find_spec("mlflow").submodule_search_locations[0]) / "server" / "js" / "build"
 
 
 def check_can_listen(host: str, port: int) -> None:

@@ -373,6 +373,7 @@ def refuse_duplicates(option: str, text: str | None, values: list) -> None:
 
 
 def main(args) -> int:
+    from orchestrator.commands.common import check_output_file
     from orchestrator.config import ConfigError, load_config
     from tasks.algorithms import ALGORITHMS
 
@@ -387,6 +388,8 @@ def main(args) -> int:
         raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
     refuse_duplicates("--algorithms", args.algorithms, names)
     refuse_duplicates("--seeds", args.seeds, seeds)
+    if args.output_json:
+        check_output_file(args.output_json)
     comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
                    parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
     table = summary_table(comp)

@@ -101,6 +101,18 @@ def test_a_variant_or_seed_given_twice_is_refused_in_one_line(capsys, option, va
                                               "each once"]  # before Ray: the address is never tried
 
 
+def test_an_output_json_that_is_a_directory_is_refused_before_the_comparison(capsys, tmp_path):
+    from orchestrator.cli import main
+
+    argv = ["compare", "configs/default.yaml", "--algorithms", "fedavg", "--output-json", str(tmp_path),
+            "--out", str(tmp_path / "out"), "--address", "127.0.0.1:1"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"error: --output-json {tmp_path}: a directory; give the path of a file to write the result to"]
+    assert not (tmp_path / "out").exists()  # before any run (and before Ray: the address is never tried)
+
+
 def wait_for(paths_ready, proc_alive=lambda: True, limit: float = 300.0) -> bool:
     """True once `paths_ready()` holds (the limit only keeps a broken run from hanging the suite)."""
     deadline = time.monotonic() + limit

@@ -14,3 +14,29 @@ def add_address_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
                         help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: RAY_ADDRESS "
                              "if set, else a new local Ray instance for this command")
+
+
+def check_output_file(path: str) -> None:
+    """Refuse a bad --output-json before hours of training, not after: a directory, a parent that is missing or
+    a file, or one that cannot be written in (tried with an empty file, removed at once)."""
+    import os
+    from pathlib import Path
+
+    from orchestrator.config import ConfigError
+
+    target = Path(path).absolute()
+    parent = target.parent
+    if target.is_dir():
+        raise ConfigError(f"--output-json {path}: a directory; give the path of a file to write the result to")
+    if not parent.exists():
+        raise ConfigError(f"--output-json {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise ConfigError(f"--output-json {path}: {parent} is a file, not a directory")
+    probe = parent / f".mooring-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ConfigError(f"--output-json {path}: the file exists and cannot be written")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.commands.common import add_address_arg, add_config_args
+from orchestrator.commands.common import add_address_arg, add_config_args, check_output_file
 
 
 def configure(parser) -> None:
@@ -46,7 +46,7 @@ def main(args) -> int:
 
         raise ConfigError("--from-round N needs --resume RUN_DIR")
     if args.output_json:
-        _check_writable(args.output_json)
+        check_output_file(args.output_json)
     if args.resume:
         from orchestrator.run import verified_checkpoint
 
@@ -160,29 +160,3 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
-
-
-def _check_writable(path: str) -> None:
-    """Refuse a bad --output-json before hours of training, not after: a directory, a parent that is missing or
-    a file, or one that cannot be written in (tried with an empty file, removed at once)."""
-    import os
-    from pathlib import Path
-
-    from orchestrator.config import ConfigError
-
-    target = Path(path).absolute()
-    parent = target.parent
-    if target.is_dir():
-        raise ConfigError(f"--output-json {path}: a directory; give the path of a file to write the result to")
-    if not parent.exists():
-        raise ConfigError(f"--output-json {path}: directory {parent} does not exist")
-    if not parent.is_dir():
-        raise ConfigError(f"--output-json {path}: {parent} is a file, not a directory")
-    probe = parent / f".mooring-write-test-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})") from None
-    if target.exists() and not os.access(target, os.W_OK):
-        raise ConfigError(f"--output-json {path}: the file exists and cannot be written")

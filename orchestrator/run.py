@@ -567,10 +567,13 @@ def _set_up(cfg, address, log: RunLog, snapshot, parent_run_id, phases: Phases, 
 
 
 def check_engine(cfg: ExperimentConfig, data) -> None:
-    """Refuse, before any client actor loads, a `train.engine` the method or its model cannot run on."""
+    """Refuse, before any client actor loads, a `train.engine: vectorized` the method or its model cannot run on
+    (`auto` falls back and `sequential` runs anything, so neither builds the model here)."""
     from orchestrator.federation import build_algorithm
     from tasks.algorithms.engines import choose_engine
 
+    if cfg.train.engine != "vectorized":
+        return
     try:
         choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
     except ValueError as e:

@@ -20,7 +20,7 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,9 @@ class Partition:
     test: list[np.ndarray]  # per client: its own held-out indices (also from the training set)
     domain: np.ndarray  # per client: index into the rotation angles (0 without domains)
     tally: Tally | None = None  # None for a partition stored before tallies were recorded
+    # content_hash(), taken once: a partition is not changed after it is made or loaded (stored, then verified
+    # on reload, then named in the run's tags, it would otherwise be hashed twice)
+    _content_hash: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def num_clients(self) -> int:
@@ -95,6 +98,11 @@ class Partition:
 
     def content_hash(self) -> str:
         """sha256 of each client's train, test and domain as int64 bytes, each followed by b"|" (in one pass)."""
+        if self._content_hash is None:
+            self._content_hash = self._hash_segments()
+        return self._content_hash
+
+    def _hash_segments(self) -> str:
         flat, sizes = self._segments()
         values = np.insert(flat, np.cumsum(sizes.sum(axis=1)), np.asarray(self.domain, dtype=np.int64))
         segment_sizes = np.concatenate([sizes, np.ones((len(sizes), 1), np.int64)], axis=1).ravel()

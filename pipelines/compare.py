@@ -353,7 +353,7 @@ def configure(parser) -> None:
 
 
 def every_method() -> list[str]:
-    """Every registered method (those of installed plug-ins too) but the variants kept for one paper's protocol."""
+    """Every registered method but the variants kept for one paper's protocol."""
     from tasks.algorithms import ALGORITHMS
 
     return [name for name in ALGORITHMS.names() if not ALGORITHMS.get(name).protocol_variant]

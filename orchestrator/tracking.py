@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+# MLflow's usage telemetry is off for every run and for `mooring ui` unless the user turns it on
+# (MLFLOW_DISABLE_TELEMETRY=false; README, "Tracking")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -60,6 +63,7 @@ class Tracker:
         self.experiment = experiment
         self.enabled = enabled
         self.run_id: str | None = None
+        self.experiment_id: str | None = None
         self._client = None
         self.flush_seconds = flush_seconds
         self._pending: list = []
@@ -119,11 +123,13 @@ class Tracker:
         def _start():
             if resume_run_id:
                 self.client.update_run(resume_run_id, status="RUNNING")
+                self.experiment_id = self.client.get_run(resume_run_id).info.experiment_id
                 return resume_run_id
             all_tags = dict(tags)
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
-            run = self.client.create_run(self._experiment_id(), run_name=run_name, tags=all_tags)
+            self.experiment_id = self._experiment_id()
+            run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
             self._log_params(run.info.run_id, params)
             return run.info.run_id
 

@@ -289,6 +289,7 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     from orchestrator.plots import experiment_title
     from orchestrator.run import RunInterrupted, ensure_ray
     from orchestrator.tracking import Tracker
+    from pipelines.reports import write_comparison_report
 
     ensure_ray(address)
     parallel = parallel or default_parallel(actors_per_run, base.resources.cpus_per_actor)
@@ -303,9 +304,11 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
         tracker.end("FAILED")
         raise
     if comp.rows:
-        for path in save_outputs(comp, Path(out_dir), title=experiment_title(base, seeds)):
+        title = experiment_title(base, seeds)
+        for path in save_outputs(comp, Path(out_dir), title=title):
             tracker.log_artifact(path)
         table = summary_table(comp)
+        tracker.log_artifact(write_comparison_report(comp, table, variants, Path(out_dir), title, tracker))
         tracker.log_summary(parent_metrics(table))
         tracker.log_table(table, "summary_table.json")
     if comp.stopped is not None:

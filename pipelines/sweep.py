@@ -660,9 +660,13 @@ def trial_counts(sweep: Sweep, study) -> dict[str, float]:
 
 
 def report_study(sweep: Sweep, study, tracker, out_dir: Path, echo) -> list[Path]:
-    """trials.csv, the plots, the best parameters and config: in out_dir and on the parent run."""
+    """trials.csv, the plots, report.html, the best parameters and config: in out_dir and on the parent run."""
+    from pipelines.reports import write_study_report
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = [write_trials_csv(study, out_dir / "trials.csv"), *write_plots(study, out_dir, echo)]
+    plots = write_plots(study, out_dir, echo)
+    outputs = [write_trials_csv(study, out_dir / "trials.csv"), *plots,
+               write_study_report(study, sweep, plots, out_dir, tracker)]
     best = best_trial(study)
     if best is not None:
         (out_dir / "best_params.json").write_text(json.dumps(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,6 +88,22 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
             {"final_global_accuracy", "best_global_accuracy", "bytes_sent", "wall_seconds"} <= set(run.data.metrics)
     local_run = next(r for r, row in zip(runs, comp.rows) if row["variant"] == "local")
     assert "final_global_accuracy" not in local_run.data.metrics
+    check_report(tmp_path / "out" / "report.html", comp, runs, client)
+
+
+def check_report(path, comp: Comparison, runs, client) -> None:
+    """report.html: a summary row per variant, the accuracy plot inside the file, a row per run linking its MLflow
+    run, and the same file on the parent run."""
+    page = path.read_text()
+    tables = re.findall(r"<table>(.*?)</table>", page, re.S)
+    summary_rows = re.findall(r"<tr><td>(\w+)</td><td>2</td>", tables[0])
+    assert summary_rows == ["fedprox", "local"]
+    assert page.count('<img alt="Accuracy by round" src="data:image/png;base64,') == 1
+    for row, run in zip(comp.rows, runs):
+        link = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        assert re.search(rf"<tr><td>{row['variant']}</td><td>algorithm.name={row['variant']}</td><td>{row['seed']}</td>"
+                         rf".*<a href=\"{re.escape(link)}\">", tables[1])
+    assert "report.html" in {a.path for a in client.list_artifacts(comp.parent_run_id)}
 
 
 # ------------------------------------------------------------------------------------ bad input, signals

@@ -125,7 +125,8 @@ def test_mlflow_has_a_parent_run_with_one_nested_run_per_trial(small_sweep, mlfl
     assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
     assert parent.data.tags["best.train.optimizer.lr"] == "0.3"
     artifacts = {a.path for a in client.list_artifacts(parent_id)}
-    assert {"trials.csv", "optimization_history.png", "parallel_coordinate.png", "best_config.yaml"} <= artifacts
+    assert {"trials.csv", "optimization_history.png", "parallel_coordinate.png", "best_config.yaml",
+            "report.html"} <= artifacts
     # the two complete trials have the same value: no importances to compute, and the sweep did not mind
     assert "param_importances.png" not in artifacts
     nested = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
@@ -138,6 +139,26 @@ def test_mlflow_has_a_parent_run_with_one_nested_run_per_trial(small_sweep, mlfl
     history = client.get_metric_history(by_number[0].info.run_id, "accuracy")
     assert [m.step for m in history] == [1, 2, 3]
     assert history[-1].value == pytest.approx(study.trials[0].value)
+
+
+def test_the_report_lists_every_trial_with_its_fate_and_its_mlflow_run(small_sweep, mlflow_uri):
+    from mlflow.tracking import MlflowClient
+
+    path, study, _, _ = small_sweep
+    page = (path.parent / "runs" / "sweeps" / "small" / "report.html").read_text()
+    parent = MlflowClient(tracking_uri=mlflow_uri).get_run(study.user_attrs["mlflow_parent_run_id"])
+    trials = re.findall(r"<tr><td>(\d+)</td><td>(\w+)</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td><td>(.*?)</td></tr>",
+                        page)
+    assert [(int(n), state) for n, state, *_ in trials] == [(t.number, t.state.name.lower()) for t in study.trials]
+    for (_, _, value, params, _, link), trial in zip(trials, study.trials):
+        assert f"train.optimizer.lr={trial.params['train.optimizer.lr']:.4g}" in params
+        assert value == ("–" if trial.value is None else f"{trial.value:.4f}")
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        assert (run_id is None) == (link == "–")  # trial 2 failed before its run started
+        if run_id is not None:
+            assert f"#/experiments/{parent.info.experiment_id}/runs/{run_id}" in link
+    assert "PartitionError" in trials[2][4] and trials[3][4].startswith("pruned after round")
+    assert page.count('src="data:image/png;base64,') == 2  # the optimisation history and the parallel coordinates
 
 
 def test_best_writes_a_config_that_mooring_run_accepts(small_sweep, tmp_path):

@@ -19,7 +19,11 @@ import threading
 import warnings
 from pathlib import Path
 
-from orchestrator.mlflow_internals import load_mlflow_app, mlflow_static_dir
+from orchestrator.mlflow_internals import landing_page, load_mlflow_app, missing_ui_markers, mlflow_static_dir
+
+# the runs table's columns on a first visit: what every run logs when it ends (orchestrator/run.py, summary_metrics)
+SUMMARY_COLUMNS = ["final_global_accuracy", "final_personalized_accuracy", "best_global_accuracy",
+                   "best_personalized_accuracy", "bytes_sent", "wall_seconds"]
 
 
 def configure(parser) -> None:
@@ -35,11 +39,11 @@ def configure(parser) -> None:
 class PageFirst:
     """ASGI app: MLflow's page and static files at once, everything else from MLflow's app once it has loaded."""
 
-    def __init__(self, load_app, static_dir: Path):
-        from starlette.responses import FileResponse
+    def __init__(self, load_app, static_dir: Path, page: str):
+        from starlette.responses import HTMLResponse
         from starlette.staticfiles import StaticFiles
 
-        self._page = FileResponse(static_dir / "index.html")
+        self._page = HTMLResponse(page)
         self._static = StaticFiles(directory=static_dir)
         self._app = None
         self._failure: BaseException | None = None
@@ -109,6 +113,24 @@ def check_can_listen(host: str, port: int) -> None:
             raise ConfigError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None
 
 
+def first_page(static_dir: Path) -> str:
+    """MLflow's page, opening on Mooring's runs (mlflow_internals.landing_page); MLflow's own page, with one
+    warning, where the installed UI lacks what that relies on."""
+    index = (static_dir / "index.html").read_text(encoding="utf-8")
+    missing = missing_ui_markers(static_dir)
+    if missing:
+        print(f"warning: this MLflow's UI does not name {', '.join(missing)}: the UI opens on MLflow's own home "
+              "page, not on Mooring's runs", flush=True)
+        return index
+    return landing_page(index, SUMMARY_COLUMNS, telemetry_off=telemetry_disabled())
+
+
+def telemetry_disabled() -> bool:
+    """MLflow's usage telemetry, off unless the user turned it on (orchestrator/tracking.py sets the default)."""
+    return os.environ.get("MLFLOW_DISABLE_TELEMETRY", "").lower() in ("true", "1") or \
+        os.environ.get("DO_NOT_TRACK", "").lower() in ("true", "1")
+
+
 def main(args) -> int:
     from orchestrator.tracking import resolve_uri
 
@@ -121,7 +143,8 @@ def main(args) -> int:
     warnings.filterwarnings("ignore", message="starlette.middleware.wsgi is deprecated")  # MLflow's, not ours
     import uvicorn
 
-    app = PageFirst(lambda: load_mlflow_app(resolve_uri(configured)), mlflow_static_dir())
+    static_dir = mlflow_static_dir()
+    app = PageFirst(lambda: load_mlflow_app(resolve_uri(configured)), static_dir, first_page(static_dir))
     # uvicorn stops on SIGINT and SIGTERM (closing open connections) and returns here
     uvicorn.run(app, host=args.host, port=args.port, workers=1, log_level="warning")
     return 0

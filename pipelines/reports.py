@@ -1,0 +1,64 @@
+"""The shareable reports of `mooring compare` and `mooring sweep` (report.html; orchestrator/report.py renders
+them): what a comparison or a study found, with a link from each run to its MLflow run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator import report
+from pipelines.compare import ACCURACIES, LEGEND, Comparison, format_accuracy
+
+
+def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], variants: dict[str, dict[str, Any]],
+                            out_dir: Path, title: str, tracker) -> Path:
+    """report.html: the summary table, the accuracy plot and every run with its parameters and MLflow run."""
+    def mb(value: float | None) -> str | None:
+        return None if value is None else f"{value / 1e6:.1f}"
+
+    summary = report.Table("Summary", ["variant", "seeds", "global accuracy", "personalized accuracy", "MB sent",
+                                       "seconds a run"],
+                           [[row["variant"], str(row["seeds"]),
+                             *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
+                               for name, _ in ACCURACIES],
+                             mb(row["bytes_sent"]), f"{row['wall_seconds']:.0f}"] for row in table])
+    runs = report.Table("Runs", ["variant", "parameters", "seed", "global accuracy", "personalized accuracy", "rounds",
+                                 "MLflow run"],
+                        [[row["variant"], ", ".join(f"{k}={v}" for k, v in variants[row["variant"]].items()),
+                          str(row["seed"]), *[format_accuracy(row[key], None) for _, key in ACCURACIES],
+                          str(row["rounds"]), run_link(tracker, row["mlflow_run_id"])] for row in comp.rows])
+    parts = [summary, report.Note(LEGEND), report.Figure("Accuracy by round", out_dir / "accuracy.png"), runs]
+    return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
+
+
+def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) -> Path:
+    """report.html of a sweep: the best trial, Optuna's plots and every trial with its parameters, its state
+    (with the reason of a pruned or failed one) and its MLflow run."""
+    from pipelines.sweep import best_trial
+
+    best = best_trial(study)
+    parts: list[report.Part] = []
+    if best is not None:
+        parts.append(report.Table("Best trial", ["trial", sweep.config.objective.spec, "parameters"],
+                                  [[str(best.number), f"{best.value:.4f}", parameters(best.params)]]))
+    parts += [report.Figure(path.stem.replace("_", " ").capitalize(), path) for path in plots]
+    parts.append(report.Table("Trials", ["trial", "state", "value", "parameters", "reason", "MLflow run"],
+                              [[str(t.number), t.state.name.lower(), None if t.value is None else f"{t.value:.4f}",
+                                parameters(t.params), t.user_attrs.get("fail_reason") or t.user_attrs.get("pruned_reason"),
+                                run_link(tracker, t.user_attrs.get("mlflow_run_id"))] for t in study.trials]))
+    title = f"sweep {sweep.study_name}: {sweep.base.algorithm.name} on {sweep.base.data.dataset}"
+    subtitle = f"mooring sweep · objective {sweep.config.objective.spec} · {sweep.n_trials} trials asked for"
+    return report.write_report(out_dir / "report.html", title, subtitle, parts + links_note(tracker))
+
+
+def parameters(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
+def run_link(tracker, run_id: str | None) -> report.Link | None:
+    if run_id is None or tracker.experiment_id is None:
+        return None
+    return report.Link(run_id[:8], report.mlflow_run_url(tracker.uri, tracker.experiment_id, run_id))
+
+
+def links_note(tracker) -> list[report.Part]:
+    return [report.Note(report.where_links_open(tracker.uri))] if tracker.experiment_id is not None else []

@@ -79,3 +79,39 @@ def test_mlflow_s_built_ui_is_where_the_ui_serves_it_from():
     from orchestrator.mlflow_internals import mlflow_static_dir
 
     assert (mlflow_static_dir() / "index.html").is_file()
+
+
+def test_the_landing_goes_first_in_mlflow_s_page_and_stands_down_where_the_ui_renamed_what_it_sets(tmp_path, capsys):
+    from orchestrator.commands.ui import SUMMARY_COLUMNS, first_page
+    from orchestrator.mlflow_internals import UI_MARKERS, mlflow_static_dir, missing_ui_markers
+
+    installed = mlflow_static_dir()
+    assert missing_ui_markers(installed) == []  # the installed MLflow names everything the landing sets
+    page = first_page(installed)
+    head = page.index("<head>") + len("<head>")
+    assert page[head:].startswith("<script>")  # before MLflow's own script reads its choices
+    assert all(f"metrics.`{name}`" in page for name in SUMMARY_COLUMNS)
+    assert page.replace(page[head:page.index("</script>") + len("</script>")], "") == \
+        (installed / "index.html").read_text()  # nothing else of MLflow's page changed
+    renamed = tmp_path / "build"
+    (renamed / "static" / "js").mkdir(parents=True)
+    (renamed / "index.html").write_text("<html><head></head></html>")
+    (renamed / "static" / "js" / "main.1.js").write_text("ExperimentPage ReactComponentState runsExpanded selectedColumns")
+    assert missing_ui_markers(renamed) == [m for m in UI_MARKERS if m.startswith("mlflow.")]
+    assert first_page(renamed) == "<html><head></head></html>"
+    assert capsys.readouterr().out.splitlines() == [
+        "warning: this MLflow's UI does not name mlflow.workflowType, mlflow.assistant.panelOpen, "
+        "mlflow.telemetry.info.alert.dismissed: the UI opens on MLflow's own home page, not on Mooring's runs"]
+
+
+@pytest.mark.parametrize("setting, disabled", [(None, "True"), ("false", "False")])
+def test_mlflow_s_telemetry_is_off_for_mooring_s_runs_unless_turned_on(setting, disabled):
+    """As MLflow itself decides it, in a fresh process that imported Mooring's tracking (what every run does),
+    outside a CI or test environment (where MLflow turns it off by itself)."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "PYTHONPATH": os.getcwd()}
+    if setting is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = setting
+    probe = ("import orchestrator.tracking\nfrom mlflow.telemetry.utils import is_telemetry_disabled\n"
+             "print(is_telemetry_disabled())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == disabled, out.stderr[-500:]

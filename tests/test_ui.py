@@ -83,7 +83,7 @@ def test_mlflow_s_built_ui_is_where_the_ui_serves_it_from():
 
 def test_the_landing_goes_first_in_mlflow_s_page_and_stands_down_where_the_ui_renamed_what_it_sets(tmp_path, capsys):
     from orchestrator.commands.ui import SUMMARY_COLUMNS, first_page
-    from orchestrator.mlflow_internals import UI_MARKERS, mlflow_static_dir, missing_ui_markers
+    from orchestrator.mlflow_internals import UI_MARKERS, missing_ui_markers, mlflow_static_dir
 
     installed = mlflow_static_dir()
     assert missing_ui_markers(installed) == []  # the installed MLflow names everything the landing sets

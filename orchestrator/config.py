@@ -118,8 +118,15 @@ class DataConfig(Strict):
     @field_validator("dataset")
     @classmethod
     def known_dataset(cls, v: str) -> str:
-        if v not in DATASET_NAMES:
-            raise ValueError(f"unknown dataset; allowed: {', '.join(DATASET_NAMES)}")
+        if v in DATASET_NAMES:
+            return v
+        from tasks.data.datasets import DATASETS
+
+        try:
+            DATASETS.get(v)
+        except KeyError:
+            raise ValueError(f"unknown dataset; allowed: {', '.join(DATASET_NAMES + tuple(DATASETS.installed()))}, "
+                             "or module:function") from None
         return v
 
 
@@ -146,9 +153,7 @@ class ModelConfig(BaseModel):
     def known_model(self) -> ModelConfig:
         from tasks.models import MODELS
 
-        if self.name not in MODELS:
-            raise NestedFieldError("name", self.name, f"unknown model; allowed: {', '.join(MODELS.names())}")
-        validate_block(MODELS.get(self.name).params, self.options, "")
+        validate_block(lookup(MODELS, self.name).params, self.options, "")
         return self
 
     @property
@@ -167,21 +172,44 @@ class AlgorithmConfig(BaseModel):
     def known_algorithms(self) -> AlgorithmConfig:
         from tasks.algorithms import ALGORITHMS
 
-        allowed = ", ".join(ALGORITHMS.names())
-        if self.name not in ALGORITHMS:
-            raise NestedFieldError("name", self.name, f"unknown algorithm; allowed: {allowed}")
+        method = lookup(ALGORITHMS, self.name)
+        # the blocks of built-in methods and of methods from outside Mooring named so far (a comparison's base
+        # config keeps the block of a variant it does not run)
+        blocks = ({name: ALGORITHMS.get(name) for name in ALGORITHMS.names()}
+                  | {m.name: m for m in ALGORITHMS.resolved()} | {method.name: method})
         for name, block in (self.model_extra or {}).items():
-            if name not in ALGORITHMS:
-                raise NestedFieldError(name, block, f"not an algorithm's block; allowed: name, {allowed}")
-            validate_block(ALGORITHMS.get(name).Params, block, name)
+            if name not in blocks:
+                raise NestedFieldError(name, block, f"not an algorithm's block; allowed: name, {', '.join(blocks)}")
+            validate_block(blocks[name].Params, block, name)
         return self
+
+    @property
+    def block_name(self) -> str:
+        """The key of the named algorithm's hyperparameter block: its own `name` (a method from outside Mooring is
+        named by a reference, `module:Class`, and its block by the class's `name`)."""
+        from tasks.algorithms import ALGORITHMS
+
+        return ALGORITHMS.get(self.name).name
 
     def params_for(self, name: str | None = None):
         """The validated hyperparameters of `name` (default: the named algorithm), unset ones at defaults."""
         from tasks.algorithms import ALGORITHMS
 
-        name = name or self.name
-        return ALGORITHMS.get(name).Params(**((self.model_extra or {}).get(name) or {}))
+        method = ALGORITHMS.get(name or self.name)
+        return method.Params(**((self.model_extra or {}).get(method.name) or {}))
+
+
+def lookup(registry, name: str):
+    """What `name` names in the registry, or the one line saying why nothing usable does."""
+    from tasks.registry import PluginError
+
+    try:
+        return registry.get(name)
+    except KeyError as e:
+        raise NestedFieldError("name", name, e.args[0].replace(f"unknown {registry.kind} {name!r}",
+                                                               f"unknown {registry.kind}")) from None
+    except PluginError as e:
+        raise NestedFieldError("name", name, str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -31,7 +31,7 @@ def comparable(cfg: ExperimentConfig) -> dict[str, Any]:
     model_options = MODELS.get(cfg.model.name).params(**cfg.model.options).model_dump(mode="json")
     d["model"] = {k: v for k, v in d["model"].items() if k not in model_options} | model_options
     d["algorithm"] = {"name": cfg.algorithm.name,
-                      cfg.algorithm.name: cfg.algorithm.params_for().model_dump(mode="json")}
+                      cfg.algorithm.block_name: cfg.algorithm.params_for().model_dump(mode="json")}
     return json.loads(json.dumps(flatten(d)))
 
 

@@ -209,7 +209,7 @@ def evaluated_clients(cfg: ExperimentConfig) -> str | None:
 # -------------------------------------------------------------------------------------- run directory
 def new_run_dir(cfg: ExperimentConfig) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-    return storage.join(cfg.checkpoint.dir, f"{cfg.name}-{cfg.algorithm.name}-s{cfg.seed}-{stamp}")
+    return storage.join(cfg.checkpoint.dir, f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}-{stamp}")
 
 
 def read_run_config(run_dir: str, overrides: list[str]) -> ExperimentConfig:
@@ -684,7 +684,7 @@ def backfill_tracking(tracker: Tracker, log: RunLog, resumed_at: int) -> set[int
 def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: str | None,
                    resume_run_id: str | None) -> Tracker:
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
-    tracker.start(f"{cfg.name}-{cfg.algorithm.name}-s{cfg.seed}", run_params(cfg), tags,
+    tracker.start(f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}", run_params(cfg), tags,
                   parent_run_id=parent_run_id, resume_run_id=resume_run_id)
     return tracker
 
@@ -741,7 +741,7 @@ def coordinator_lost(run_dir: str, rounds_done: int, err: Exception) -> str:
 def run_params(cfg: ExperimentConfig) -> dict[str, Any]:
     """The flattened config, with the named algorithm's hyperparameters resolved to their defaults, and for a
     personalized method the clients its evaluation covers."""
-    resolved = {"algorithm": {cfg.algorithm.name: cfg.algorithm.params_for().model_dump(mode="json")}}
+    resolved = {"algorithm": {cfg.algorithm.block_name: cfg.algorithm.params_for().model_dump(mode="json")}}
     evaluated = evaluated_clients(cfg)
     return flatten(cfg.to_dict()) | flatten(resolved) | ({"personalized_eval_clients": evaluated} if evaluated else {})
 
@@ -784,8 +784,8 @@ def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker:
     if storage.is_remote(log.run_dir):
         return
     run_dir = Path(log.run_dir)
-    plot_comparison({cfg.algorithm.name: result.history}, run_dir / "accuracy.png",
-                    title=experiment_title(cfg, [cfg.seed], cfg.algorithm.name))
+    plot_comparison({cfg.algorithm.block_name: result.history}, run_dir / "accuracy.png",
+                    title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
     storage.write_bytes_atomic(str(run_dir / "final_state.pt"), storage.torch_bytes(final_state))
     names = ["config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl", "result.json"]
     names += _anchor_artifacts(final_state, run_dir, cfg.algorithm.name)

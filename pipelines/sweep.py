@@ -110,8 +110,9 @@ def search_space(config: SweepConfig, base: ExperimentConfig, source: str) -> di
     if config.algorithm is not None:
         from tasks.algorithms import ALGORITHMS
 
-        for name, spec in ALGORITHMS.get(base.algorithm.name).Params.search_space().items():
-            space[f"algorithm.{config.algorithm}.{name}"] = param_from_search_space(spec)
+        method = ALGORITHMS.get(base.algorithm.name)
+        for name, spec in method.Params.search_space().items():
+            space[f"algorithm.{method.name}.{name}"] = param_from_search_space(spec)
     space.update(config.params)
     if not space:
         raise ConfigError(f"{source}: nothing to search: give `params:` or an `algorithm:` with searchable "
@@ -121,12 +122,26 @@ def search_space(config: SweepConfig, base: ExperimentConfig, source: str) -> di
     return space
 
 
+def block_names(algorithms: list[str]) -> set[str]:
+    """The hyperparameter block of each algorithm that exists (`algorithm.name`'s own check reports the others)."""
+    from tasks.algorithms import ALGORITHMS
+    from tasks.registry import PluginError
+
+    names = set()
+    for name in algorithms:
+        try:
+            names.add(ALGORITHMS.get(name).name)
+        except (KeyError, PluginError):
+            pass
+    return names
+
+
 def check_param(base: ExperimentConfig, space: dict[str, Any], path: str, param, source: str) -> None:
     """Unknown paths and values the experiment schema refuses fail here, before any trial runs."""
     parts = path.split(".")
     if parts[0] == "algorithm" and len(parts) == 3:
         runs = space["algorithm.name"].choices if "algorithm.name" in space else [base.algorithm.name]
-        if parts[1] not in runs:
+        if parts[1] not in block_names(runs):
             raise ConfigError(f"{source}: params.{path}: the sweep runs {', '.join(map(str, runs))}, so "
                               f"{parts[1]}'s hyperparameters would not be used; set `algorithm: {parts[1]}`")
     values = param.choices if isinstance(param, CategoricalParam) else [param.low, param.high, *(param.grid or [])]

@@ -1,20 +1,58 @@
-"""Name → factory registries for datasets, models and algorithms.
+"""Name → factory registries for datasets, models and algorithms, open to code outside Mooring.
 
-A registry maps the names a config may use to the objects that build them, so that a config error can
-list exactly what is allowed.
+A config names a built-in by its name (`fedprox`), or anything importable by a reference `module:attribute`
+(`my_pkg.my_method:MyMethod`: from the working directory or the environment). An installed package can also
+give its own names through an entry-point group (`mooring.algorithms`, `mooring.models`, `mooring.datasets`:
+`name = "module:attribute"`). Every way in is checked the same way (the registry's `check`), and a bad
+reference is one line saying what is wrong with it, so a config error can list exactly what is allowed.
 """
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
 
+class PluginError(ValueError):
+    """A reference that cannot be used (no such module or attribute, the wrong kind of object, a name clash),
+    said in one line without the reference, which the caller names."""
+
+
+def is_reference(name: str) -> bool:
+    return ":" in name
+
+
+def import_reference(reference: str) -> object:
+    """The object `module:attribute` names, the working directory importable as it is for `python -m`."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise PluginError("a reference is module:attribute, e.g. my_pkg.my_method:MyMethod")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise PluginError(f"cannot import {module_name} ({e})") from None
+    obj = module
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise PluginError(f"{module_name} has no {attribute}")
+        obj = getattr(obj, part)
+    return obj
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
-        self.kind = kind
+    """`check(obj)` says why an object is not one of this registry's kind (None: it is)."""
+
+    def __init__(self, kind: str, group: str, check: Callable[[object], str | None] = lambda obj: None):
+        self.kind, self.group, self.check = kind, group, check
         self._entries: dict[str, T] = {}
+        self._resolved: dict[str, T] = {}  # references and entry-point names, once imported and checked
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(obj: T) -> T:
@@ -26,12 +64,48 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        if name not in self._entries:
-            raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
-        return self._entries[name]
+        """The built-in `name`, the object a reference names, or an installed package's entry point; KeyError
+        listing what is allowed, PluginError saying what is wrong with a reference."""
+        if name in self._entries:
+            return self._entries[name]
+        if name not in self._resolved:
+            self._resolved[name] = self._resolve(name)
+        return self._resolved[name]
+
+    def _resolve(self, name: str) -> T:
+        if is_reference(name):
+            return self._checked(name)
+        reference = self.installed().get(name)
+        if reference is None:
+            raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}, or module:attribute")
+        try:
+            return self._checked(reference)
+        except PluginError as e:
+            raise PluginError(f"entry point {name} = {reference} ({self.group}): {e}") from None
+
+    def _checked(self, reference: str) -> T:
+        obj = import_reference(reference)
+        problem = self.check(obj)
+        if problem is not None:
+            raise PluginError(problem)
+        return obj
+
+    def installed(self) -> dict[str, str]:
+        """Names given by installed packages' entry points: {name: module:attribute} (a built-in's name is not
+        theirs to take)."""
+        found = {ep.name: ep.value for ep in entry_points(group=self.group)}
+        for name in found:
+            if name in self._entries:
+                raise PluginError(f"entry point {name} = {found[name]} ({self.group}): {name!r} is a built-in "
+                                  f"{self.kind}'s name; give it another")
+        return found
+
+    def resolved(self) -> list[T]:
+        """What references and entry points this process has imported so far."""
+        return list(self._resolved.values())
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted(self._entries) + sorted(self.installed())
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

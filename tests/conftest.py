@@ -75,6 +75,25 @@ def ray_session():
     ray.shutdown()
 
 
+# the comparison `finished_comparison` runs: two methods (one without a global model), two seeds
+COMPARED = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name": "local"}}
+
+
+@pytest.fixture(scope="session")
+def finished_comparison(ray_session, tmp_path_factory):
+    """One small finished `compare` (COMPARED × seeds 0 and 1), shared by the tests that read what it leaves:
+    (base config, Comparison, output directory)."""
+    from orchestrator.config import load_config
+    from pipelines.compare import compare
+
+    tmp = tmp_path_factory.mktemp("comparison")
+    base = load_config("configs/default.yaml", [f"checkpoint.dir={tmp / 'runs'}", f"data.partitions_dir={tmp / 'p'}",
+                                                f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "train.rounds=3",
+                                                "data.num_clients=6", "resources.num_actors=1"])
+    comp = compare(base, COMPARED, [0, 1], tmp / "out", echo=lambda s: None, progress=False)
+    return base, comp, tmp / "out"
+
+
 @pytest.fixture
 def workdir(tmp_path):
     """Overrides that keep a test's runs, partitions and MLflow store inside its tmp_path."""

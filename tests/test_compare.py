@@ -19,6 +19,7 @@ from orchestrator.config import ClaimCheck, load_config
 from orchestrator.run import RunInterrupted
 from pipelines.claims import paired_verdict
 from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
+from tests.conftest import COMPARED
 
 
 def test_metric_aggregations_by_hand():
@@ -53,13 +54,11 @@ def test_paired_rule_counts_wins_and_tests_the_mean_difference():
 
 
 @pytest.mark.ray
-def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, tmp_path):
+def test_compare_runs_every_variant_on_the_same_partition(finished_comparison):
     from mlflow.tracking import MlflowClient
 
-    base = load_config("configs/default.yaml", workdir + ["train.rounds=3", "data.num_clients=6",
-                                                          "resources.num_actors=1"])
-    variants = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name": "local"}}
-    comp = compare(base, variants, [0, 1], tmp_path / "out", echo=lambda s: None)
+    base, comp, out = finished_comparison
+    variants = COMPARED
     assert [(r["variant"], r["seed"]) for r in comp.rows] == [(v, s) for s in (0, 1) for v in variants]
     table = {row["variant"]: row for row in summary_table(comp)}
     finals = [r["final_global_accuracy"] for r in comp.rows if r["variant"] == "fedprox"]
@@ -68,13 +67,13 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
     assert table["local"]["global_accuracy_mean"] is None  # no global model: never its personalized figure
     assert table["local"]["personalized_accuracy_mean"] is not None
     for name in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "accuracy.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 0
-    assert set(json.loads((tmp_path / "out" / "histories.json").read_text())) == set(variants)
+        assert (out / name).stat().st_size > 0
+    assert set(json.loads((out / "histories.json").read_text())) == set(variants)
     client = MlflowClient(tracking_uri=base.tracking.uri)
     runs = [client.get_run(r["mlflow_run_id"]) for r in comp.rows]
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {comp.parent_run_id}
     # artifacts beside the SQLite store, not in ./mlruns of the directory the tests run from
-    assert all(r.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri()) for r in runs)
+    assert all(r.info.artifact_uri.startswith((out.parent / "mlartifacts").as_uri()) for r in runs)
     for seed in (0, 1):
         hashes = {r.data.tags["partition_hash"] for r, row in zip(runs, comp.rows) if row["seed"] == seed}
         assert len(hashes) == 1  # every method of a seed saw exactly the same partition
@@ -88,7 +87,7 @@ def test_compare_runs_every_variant_on_the_same_partition(ray_session, workdir, 
             {"final_global_accuracy", "best_global_accuracy", "bytes_sent", "wall_seconds"} <= set(run.data.metrics)
     local_run = next(r for r, row in zip(runs, comp.rows) if row["variant"] == "local")
     assert "final_global_accuracy" not in local_run.data.metrics
-    check_report(tmp_path / "out" / "report.html", comp, runs, client)
+    check_report(out / "report.html", comp, runs, client)
 
 
 def check_report(path, comp: Comparison, runs, client) -> None:

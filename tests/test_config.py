@@ -64,7 +64,7 @@ def test_algorithm_blocks_are_validated_but_only_the_named_one_is_used():
     (["seed=abc"], "configs/default.yaml: seed = 'abc': Input should be a valid integer, unable to parse string as "
                    "an integer"),
     (["data.dataset=imagenet"], "configs/default.yaml: data.dataset = 'imagenet': unknown dataset; allowed: digits, "
-                                "synthetic, mnist, fmnist, emnist, cifar10, cifar100"),
+                                "synthetic, mnist, fmnist, emnist, cifar10, cifar100, or module:function"),
     (["algorithm.fedprox.mu=-1"],
      "configs/default.yaml: algorithm.fedprox.mu = -1: Input should be greater than or equal to 0"),
     (["model.bogus=1"], "configs/default.yaml: model.bogus = 1: unknown key"),
@@ -78,9 +78,11 @@ def test_unknown_algorithm_and_model_names_list_the_allowed_ones():
     from tasks.models import MODELS
 
     assert error_of(["algorithm.name=fedxx"]) == (
-        f"configs/default.yaml: algorithm.name = 'fedxx': unknown algorithm; allowed: {', '.join(ALGORITHMS.names())}")
+        f"configs/default.yaml: algorithm.name = 'fedxx': unknown algorithm; allowed: {', '.join(ALGORITHMS.names())}, "
+        "or module:attribute")
     assert error_of(["model.name=zz"]) == (
-        f"configs/default.yaml: model.name = 'zz': unknown model; allowed: {', '.join(MODELS.names())}")
+        f"configs/default.yaml: model.name = 'zz': unknown model; allowed: {', '.join(MODELS.names())}, "
+        "or module:attribute")
 
 
 def test_yaml_syntax_error_and_missing_file(tmp_path):

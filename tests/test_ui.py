@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
@@ -104,14 +105,19 @@ def test_the_landing_goes_first_in_mlflow_s_page_and_stands_down_where_the_ui_re
         "mlflow.telemetry.info.alert.dismissed: the UI opens on MLflow's own home page, not on Mooring's runs"]
 
 
-@pytest.mark.parametrize("setting, disabled", [(None, "True"), ("false", "False")])
-def test_mlflow_s_telemetry_is_off_for_mooring_s_runs_unless_turned_on(setting, disabled):
-    """As MLflow itself decides it, in a fresh process that imported Mooring's tracking (what every run does),
-    outside a CI or test environment (where MLflow turns it off by itself)."""
+def test_mlflow_s_telemetry_is_off_for_mooring_s_runs_unless_turned_on():
+    """As MLflow itself decides it, in a fresh process that imports Mooring's tracking (what every run does),
+    outside a CI or test environment (where MLflow turns it off by itself): off by default, on where the user
+    set MLFLOW_DISABLE_TELEMETRY=false before Mooring was imported."""
+    probe = textwrap.dedent("""
+        import importlib, os
+        import orchestrator.tracking
+        from mlflow.telemetry.utils import is_telemetry_disabled
+        print(is_telemetry_disabled())
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "false"
+        importlib.reload(orchestrator.tracking)
+        print(is_telemetry_disabled())
+    """)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "PYTHONPATH": os.getcwd()}
-    if setting is not None:
-        env["MLFLOW_DISABLE_TELEMETRY"] = setting
-    probe = ("import orchestrator.tracking\nfrom mlflow.telemetry.utils import is_telemetry_disabled\n"
-             "print(is_telemetry_disabled())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
-    assert out.stdout.strip() == disabled, out.stderr[-500:]
+    assert out.stdout.split() == ["True", "False"], out.stderr[-500:]

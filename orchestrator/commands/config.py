@@ -18,8 +18,7 @@ def resolved_yaml(cfg) -> str:
     import yaml
 
     raw = cfg.to_dict()
-    name = cfg.algorithm.name
-    raw["algorithm"][name] = cfg.algorithm.params_for().model_dump(mode="json")
+    raw["algorithm"][cfg.algorithm.block_name] = cfg.algorithm.params_for().model_dump(mode="json")
     return yaml.safe_dump(raw, sort_keys=False)
 
 

@@ -36,7 +36,8 @@ class DataFileError(Exception):
 
 
 # A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/config.py DataConfig.
-DATASETS: Registry = Registry("dataset")
+DATASETS: Registry = Registry("dataset", "mooring.datasets",
+                              lambda obj: None if callable(obj) else "not a loader (a function of the data options)")
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -49,7 +49,11 @@ class ModelEntry:
     input_shapes: tuple[tuple[int, ...], ...] | None = None  # None: any input shape
 
 
-MODELS: Registry[ModelEntry] = Registry("model")
+def not_a_model(obj: object) -> str | None:
+    return None if isinstance(obj, ModelEntry) else "not a ModelEntry (tasks.models.base.ModelEntry)"
+
+
+MODELS: Registry[ModelEntry] = Registry("model", "mooring.models", not_a_model)
 
 
 def register_model(name: str, params: type[ModelParams] = ModelParams, input_shapes=None):

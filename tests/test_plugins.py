@@ -1,0 +1,194 @@
+"""A method, a model and a dataset from outside Mooring: a package in a temporary directory, named in configs by
+`module:attribute` references or given by an installed package's entry points, run by `mooring run`,
+`compare` and `sweep` like a built-in, and bad references refused in one line."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the whole method file a researcher writes (FedProx, outside Mooring): the example of docs/design.md's
+# "Adding a method", so the documented code is the tested code
+DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+METHOD = re.search(r"## Adding a method.*?```python\n(.*?)```", DESIGN.read_text(), re.S).group(1)
+
+PARTS = '''
+"""A model and a dataset of the lab's own."""
+import math
+
+import numpy as np
+from torch import nn
+
+from tasks.data.datasets import ArrayDataset, stratified_split
+from tasks.models.base import FLModel, ModelEntry, ModelParams
+
+
+class WideParams(ModelParams):
+    width: int = 48
+
+
+class Wide(FLModel):
+    def __init__(self, input_shape, num_classes, params):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), params.width), nn.ReLU())
+        self.feature_dim, self.num_classes = params.width, num_classes
+        self.classifier = nn.Linear(params.width, num_classes)
+
+    def features(self, x):
+        return self.body(x)
+
+
+wide = ModelEntry(Wide, WideParams)
+
+
+def low_digits(opts):
+    """The digits 0 to 4 only."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    keep = digits.target < 5
+    x = (digits.images[keep] / 16.0).astype(np.float32)[:, None]
+    y = digits.target[keep].astype(np.int64)
+    train, test = stratified_split(y, opts.test_fraction, opts.split_seed)
+    return ArrayDataset("low_digits", x[train], y[train], x[test], y[test], 5)
+'''
+
+MY_PROX = "my_lab.method:MyProx"
+
+
+def lab_config(tmp: Path, algorithm: str = MY_PROX, **algorithm_blocks) -> dict:
+    return {"name": "lab", "seed": 0,
+            "data": {"dataset": "my_lab.parts:low_digits", "num_clients": 4, "partitions_dir": str(tmp / "p"),
+                     "partition": {"kind": "dirichlet", "alpha": 0.5, "min_size": 10}},
+            "model": {"name": "my_lab.parts:wide", "width": 32},
+            "algorithm": {"name": algorithm, **algorithm_blocks},
+            "train": {"rounds": 3, "optimizer": {"name": "sgd", "lr": 0.1}, "engine": "sequential"},
+            "checkpoint": {"dir": str(tmp / "runs"), "every": 0},
+            "tracking": {"uri": f"sqlite:///{tmp / 'mlflow.db'}"}}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A researcher's project directory: the package my_lab (a method, a model, a dataset) and a config naming them.
+    Importable because it is the working directory, as `mooring` is run from it (the tests chdir there)."""
+    root = tmp_path_factory.mktemp("lab")
+    (root / "my_lab").mkdir()
+    (root / "my_lab" / "__init__.py").write_text("")
+    (root / "my_lab" / "method.py").write_text(METHOD.lstrip())
+    (root / "my_lab" / "parts.py").write_text(PARTS.lstrip())
+    (root / "lab.yaml").write_text(yaml.safe_dump(lab_config(root, my_prox={"mu": 0.5}), sort_keys=False))
+    return root
+
+
+@contextlib.contextmanager
+def working_directory(path: Path):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+        if str(path) in sys.path:
+            sys.path.remove(str(path))
+
+
+def test_the_method_file_is_under_40_lines():
+    assert len(METHOD.strip().splitlines()) < 40
+
+
+def mooring_in(lab: Path, *argv: str) -> subprocess.CompletedProcess:
+    """A fresh `mooring` process started in the project, as a user starts it: the console script, so nothing but
+    the working directory makes my_lab importable (to the driver and to the Ray workers it starts)."""
+    mooring = Path(sys.executable).parent / "mooring"
+    result = subprocess.run([str(mooring), *argv], cwd=lab, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def test_an_outside_fedprox_runs_on_the_vectorised_engine_equal_to_the_built_in_one_next_to_fedavg(lab):
+    mooring_in(lab, "compare", "lab.yaml", "--algorithms", f"fedavg,{MY_PROX},fedprox", "--quiet",
+               "--set", "algorithm.fedprox.mu=0.5", "--set", "train.engine=vectorized", "--out", str(lab / "compare"))
+    histories = json.loads((lab / "compare" / "histories.json").read_text())
+    mine, fedprox, fedavg = (histories[v]["0"] for v in (MY_PROX, "fedprox", "fedavg"))
+    assert [{k: v for k, v in m.items() if "seconds" not in k} for m in mine] == \
+        [{k: v for k, v in m.items() if "seconds" not in k} for m in fedprox]  # bitwise the built-in's history
+    assert [m["accuracy"] for m in mine] != [m["accuracy"] for m in fedavg]
+    assert mine[-1]["accuracy"] > 0.5  # five classes: it learned
+    run_dir = Path(next(row for row in csv.DictReader((lab / "compare" / "runs.csv").open())
+                        if row["variant"] == MY_PROX)["run_dir"])
+    assert run_dir.name.startswith("lab-my_prox-s0-")  # the method's own name, not the reference, in paths
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["algorithm"]["name"] == MY_PROX and config["algorithm"]["my_prox"] == {"mu": 0.5}
+    assert config["train"]["engine"] == "vectorized"
+
+
+def test_mooring_sweep_searches_the_outside_method_s_own_ranges(lab):
+    import optuna
+
+    sweep = {"base": "lab.yaml", "algorithm": MY_PROX, "n_trials": 2, "storage": f"sqlite:///{lab / 'optuna.db'}",
+             "sampler": {"name": "random", "seed": 0}}
+    (lab / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    mooring_in(lab, "sweep", "sweep.yaml")
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{lab / 'optuna.db'}")
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 2 and all(set(t.params) == {"algorithm.my_prox.mu"} for t in complete)
+    assert all(1e-3 <= t.params["algorithm.my_prox.mu"] <= 1.0 for t in complete)
+
+
+@pytest.mark.parametrize("reference, problem", [
+    ("no_such_lab.method:MyProx", "cannot import no_such_lab.method (No module named 'no_such_lab')"),
+    ("my_lab.method:Missing", "my_lab.method has no Missing"),
+    ("my_lab.method:MyProxParams", "not an Algorithm subclass (tasks.algorithms.base.Algorithm)"),
+    ("my_lab.clash:Clash", "its name 'fedavg' is a built-in algorithm's; give the class another `name`"),
+    ("my_lab.method", "unknown algorithm; allowed: "),
+])
+def test_a_bad_method_reference_is_one_line_naming_what_is_wrong(lab, reference, problem):
+    (lab / "my_lab" / "clash.py").write_text("from tasks.algorithms.fedavg import FedAvg\n\n\nclass Clash(FedAvg):\n"
+                                             "    name = 'fedavg'\n")
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", [f"algorithm.name={reference}"])
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"lab.yaml: algorithm.name = '{reference}': {problem}"), line
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("model.name", "my_lab.parts:low_digits", "not a ModelEntry (tasks.models.base.ModelEntry)"),
+    ("data.dataset", "my_lab.parts:WideParams.width", "my_lab.parts has no WideParams.width"),
+])
+def test_a_bad_model_or_dataset_reference_is_one_line(lab, key, value, problem):
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", [f"{key}={value}"])
+    assert problem in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+def test_an_installed_package_s_entry_points_name_its_method_and_may_not_take_a_built_in_s_name(lab, tmp_path,
+                                                                                                monkeypatch):
+    """A distribution's metadata on sys.path, as pip installs it: its entry points give `lab_prox`."""
+    from tasks.algorithms import ALGORITHMS
+
+    dist = tmp_path / "my_lab_plugins-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lab-plugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[mooring.algorithms]\nlab_prox = {MY_PROX}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with working_directory(lab):
+        cfg = load_config("lab.yaml", ["algorithm.name=lab_prox"])
+    assert ALGORITHMS.get("lab_prox").__name__ == "MyProx" and cfg.algorithm.params_for().mu == 0.5
+    assert "lab_prox" in ALGORITHMS.names()
+    (dist / "entry_points.txt").write_text(f"[mooring.algorithms]\nfedavg = {MY_PROX}\n")
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", ["algorithm.name=fedprox"])
+    assert f"entry point fedavg = {MY_PROX} (mooring.algorithms): 'fedavg' is a built-in algorithm's name" in str(e.value)

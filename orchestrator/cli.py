@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("orchestrator.commands.config", "show the resolved config"),
     "data": ("orchestrator.commands.data", "show each client's class histogram"),
     "ui": ("orchestrator.commands.ui", "open the MLflow UI on the run store"),
+    "new": ("orchestrator.commands.new", "write a new method file and its test, to fill in"),
 }
 
 USAGE_ERROR = 2
@@ -55,8 +56,9 @@ def known_errors() -> tuple[type[BaseException], ...]:
     from orchestrator.run import RunError, RunInterrupted
     from tasks.data.datasets import DataFileError, DatasetNotFound
     from tasks.data.partition import PartitionError
+    from tasks.registry import PluginError
 
-    return ConfigError, RunError, RunInterrupted, DatasetNotFound, DataFileError, PartitionError
+    return ConfigError, RunError, RunInterrupted, DatasetNotFound, DataFileError, PartitionError, PluginError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,8 +139,15 @@ class ClientHost:
 
     def _keep_state(self, cid: int, state, round_idx: int) -> None:
         """A method without client state is given back the state it started from (an empty one): nothing to write,
-        so 100,000 clients of FedAvg leave no file each behind."""
-        if cid in self.hosted and self.algorithm.keeps_client_state:
+        so 100,000 clients of FedAvg leave no file each behind. One that returns a state all the same has it
+        refused, not dropped."""
+        if not self.algorithm.keeps_client_state:
+            if state:
+                raise UndeclaredClientState(
+                    f"{self.algorithm.name} returned a client state ({', '.join(map(str, state))}) but declares "
+                    "keeps_client_state = False, so it would be dropped; declare keeps_client_state = True to keep it")
+            return
+        if cid in self.hosted:
             self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
 
     def _context(self, cid: int, round_idx: int, seed_torch: bool = True,
@@ -405,6 +412,10 @@ def accuracies_on_test_sets(algorithm: Algorithm, state: State,
 
 
 # ------------------------------------------------------------------------------------------- server
+class UndeclaredClientState(TypeError):
+    """A method returned per-client state without declaring that it keeps any."""
+
+
 class NonFiniteLoss(ValueError):
     """A client's training loss was NaN or infinite (train.on_nonfinite_loss = stop)."""
 

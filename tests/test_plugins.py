@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,56 @@ def test_an_installed_package_s_entry_points_name_its_method_and_may_not_take_a_
     with working_directory(lab), pytest.raises(ConfigError) as e:
         load_config("lab.yaml", ["algorithm.name=fedprox"])
     assert f"entry point fedavg = {MY_PROX} (mooring.algorithms): 'fedavg' is a built-in algorithm's name" in str(e.value)
+
+
+def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_dropped(lab):
+    """On both engines (on Ray, each client's update fails with this line)."""
+    from orchestrator.datasets import prepare_data
+    from orchestrator.federation import UndeclaredClientState, run_in_process
+
+    (lab / "my_lab" / "forgetful.py").write_text(textwrap.dedent("""
+        from my_lab.method import MyProx
+
+
+        class Forgetful(MyProx):
+            name = "forgetful"
+
+            def client_result(self, trained, train_loss, payload, data, client_state, ctx):
+                update, _ = super().client_result(trained, train_loss, payload, data, client_state, ctx)
+                return update, {"seen": data.num_samples}
+    """))
+    (lab / "forgetful.yaml").write_text(yaml.safe_dump(lab_config(lab, "my_lab.forgetful:Forgetful")))
+    for engine in ("sequential", "vectorized"):
+        with working_directory(lab):
+            cfg = load_config("forgetful.yaml", [f"train.engine={engine}", "train.rounds=1"])
+            with pytest.raises(UndeclaredClientState) as e:
+                run_in_process(cfg, prepare_data(cfg))
+        assert str(e.value) == ("forgetful returned a client state (seen) but declares keeps_client_state = False, "
+                                "so it would be dropped; declare keeps_client_state = True to keep it"), engine
+
+
+def test_mooring_new_method_writes_the_documented_method_and_a_test_of_its_loss_that_passes(tmp_path, capsys):
+    from orchestrator import cli
+
+    assert cli.main(["new", "method", "my_prox", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "my_prox.py").read_text() == METHOD  # docs/design.md's example is what the command writes
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_prox.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
+    capsys.readouterr()
+    assert cli.main(["new", "method", "my_prox", "--dir", str(tmp_path)]) == 2  # nothing is overwritten
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: mooring new method: {tmp_path / 'my_prox.py'}, {tmp_path / 'test_my_prox.py'} already exists; "
+        "nothing was written"]
+
+
+@pytest.mark.parametrize("name, problem", [("fedavg", "fedavg is a built-in method's name; choose another"),
+                                           ("2nd", "a method's name is a Python identifier (letters, digits, _)")])
+def test_a_new_method_s_name_is_checked_in_one_line(tmp_path, capsys, name, problem):
+    from orchestrator import cli
+
+    assert cli.main(["new", "method", name, "--dir", str(tmp_path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: mooring new method ") and line.endswith(problem)
+    assert not any(tmp_path.iterdir())

@@ -1,7 +1,7 @@
 """GPU packing: client updates per second with 1, 2, 4 and 8 client actors sharing one GPU.
 
 FedFA on its CIFAR-10 CNN (`acar_cnn`, 3×32×32) with synthetic images, FedFA's CIFAR-10 protocol otherwise
-(specs/fedfa.md: clients of 500 samples, batch 64, 5 local epochs) but 32 clients, all in every round, so that
+(docs/methods/fedfa.md: clients of 500 samples, batch 64, 5 local epochs) but 32 clients, all in every round, so that
 1, 2, 4 and 8 actors get equal shares. Each actor asks for 1/K of the GPU and one CPU. The first round (CUDA
 kernels loaded and tuned in every actor) is left out; the GPU's utilisation is sampled with `nvidia-smi` over
 the rounds that count. Needs a CUDA GPU and `nvidia-smi`; elsewhere it says so and exits.

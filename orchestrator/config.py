@@ -64,10 +64,10 @@ class PartitionConfig(Strict):
     kind: Literal["iid", "dirichlet", "dirichlet_equal", "shards"] = "dirichlet"
     alpha: float = Field(0.1, gt=0, description="Dirichlet concentration (smaller = more skew)")
     min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
-    cap: bool = Field(False, description="cap each client at N/K samples (fednh.md §7, fedsa.md §6)")
+    cap: bool = Field(False, description="cap each client at N/K samples (docs/methods/fednh.md §7, docs/methods/fedsa.md §6)")
     classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
     min_classes: int = Field(1, ge=1, description="Dirichlet: redraw until every client holds at least this many "
-                             "classes (fednh.md §7: 2)")
+                             "classes (docs/methods/fednh.md §7: 2)")
     max_draws: int = Field(1000, ge=1, description="Dirichlet: at most this many draws for min_size / min_classes")
     repair: bool = Field(False, description="Dirichlet: when no draw meets min_size, move samples from the largest "
                          "clients to those below it, chosen from the seed (for federations where redraws cannot "
@@ -75,7 +75,7 @@ class PartitionConfig(Strict):
 
 
 class DomainConfig(Strict):
-    """Feature skew: each client's images are rotated by its domain's angle (fedfa.md §11, feddebias.md §10)."""
+    """Feature skew: each client's images are rotated by its domain's angle (docs/methods/fedfa.md §11, docs/methods/feddebias.md §10)."""
 
     kind: Literal["none", "rotation"] = "none"
     angles: list[float] = Field(default_factory=lambda: [0.0, 30.0, 60.0, 90.0])

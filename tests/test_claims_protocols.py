@@ -1,5 +1,5 @@
-"""The claims configs' partitions follow their specs: FedFA's FedLab rule (fedfa.md §6.2), FedNH's two-class
-redraw and training on all client data (fednh.md §7, §12.1), FedSA's split with no global test set (fedsa.md §11)."""
+"""The claims configs' partitions follow their specs: FedFA's FedLab rule (docs/methods/fedfa.md §6.2), FedNH's two-class
+redraw and training on all client data (docs/methods/fednh.md §7, §12.1), FedSA's split with no global test set (docs/methods/fedsa.md §11)."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,7 +45,7 @@ FEDNH = "configs/claims/fednh_digits.yaml"
 
 @pytest.mark.parametrize("setting", ["label_alpha0.1", "combined"])
 def test_fedfa_label_skew_partitions_follow_the_fedlab_rule(setting):
-    """fedfa.md §6.2: a client that already holds ≥ n/N samples gets no share of the remaining classes."""
+    """docs/methods/fedfa.md §6.2: a client that already holds ≥ n/N samples gets no share of the remaining classes."""
     for seed in load_config(FEDFA).claims.seeds:
         part, y = partition_of(setting_config(FEDFA, setting, seed))
         assert fedlab_rule_broken_by(part, y) == [], f"seed {seed}"
@@ -80,7 +80,7 @@ def test_the_two_class_rule_is_what_redraws():
 
 
 def test_fedsa_gives_every_sample_to_the_clients():
-    """fedsa.md §11: a 75/25 split of each client's data and no global test set."""
+    """docs/methods/fedsa.md §11: a 75/25 split of each client's data and no global test set."""
     cfg = setting_config("configs/claims/fedsa_digits.yaml", "cross_device", 0)
     assert cfg.data.test_fraction == 0 and cfg.eval.every == 1
     part, y = partition_of(cfg)

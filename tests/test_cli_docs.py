@@ -71,3 +71,41 @@ def test_config_show_prints_the_active_algorithms_block_with_defaults():
     cfg = load_config(str(ROOT / "configs/default.yaml"), ["algorithm.name=fedfa", "algorithm.fedfa.mu=0.3"])
     block = yaml.safe_load(resolved_yaml(cfg))["algorithm"]["fedfa"]
     assert block["mu"] == 0.3 and block["lam"] == 0.5
+
+
+# a page and its sections: "docs/methods/fedfa.md §6.1", "docs/methods/fedfm.md §2–§5, §12"
+CITATION = re.compile(r"docs/methods/(\w+)\.md ((?:§[0-9.]*[0-9](?:[–,] ?)?)+)")
+
+
+def cited_sections() -> dict[tuple[str, str], str]:
+    """{(page, section): a file that cites it}, from the code, the configs and the docs."""
+    cited = {}
+    for pattern in ("orchestrator/**/*.py", "tasks/**/*.py", "pipelines/**/*.py", "benchmarks/**/*.py", "tests/*.py",
+                    "configs/**/*.yaml", "*.md", "docs/*.md", "benchmarks/*.md"):
+        for path in ROOT.glob(pattern):
+            for page, sections in CITATION.findall(path.read_text(encoding="utf-8")):
+                for section in re.findall(r"§([0-9.]*[0-9])", sections):
+                    cited.setdefault((page, section), str(path.relative_to(ROOT)))
+    return cited
+
+
+def test_every_section_the_code_cites_is_a_heading_of_a_method_page_in_the_repository():
+    cited = cited_sections()
+    assert len({page for page, _ in cited}) == 5  # the five papers' methods
+    missing = []
+    for (page, section), where in sorted(cited.items()):
+        text = (ROOT / "docs" / "methods" / f"{page}.md").read_text(encoding="utf-8")
+        if not re.search(rf"^(#+ |\*\*)§{re.escape(section)} ", text, re.M):  # a heading or a paragraph's label
+            missing.append(f"{where} cites docs/methods/{page}.md §{section}")
+    assert missing == []
+
+
+def test_every_registered_method_has_its_page_and_nothing_cites_a_file_outside_the_repository():
+    from tasks.algorithms import ALGORITHMS
+
+    pages = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "methods").glob("*.md"))
+    assert [name for name in ALGORITHMS.names() if f"`{name}`" not in pages] == []
+    outside = [str(p.relative_to(ROOT)) for pattern in ("orchestrator/**/*.py", "tasks/**/*.py", "pipelines/**/*.py",
+                                                         "configs/**/*.yaml", "*.md", "docs/**/*.md")
+               for p in ROOT.glob(pattern) if re.search(r"(?<![\w/])specs/\w+\.md", p.read_text(encoding="utf-8"))]
+    assert outside == []

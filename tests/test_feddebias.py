@@ -1,4 +1,4 @@
-"""FedDebias (specs/feddebias.md): pseudo-data built once, each loss against hand computations, the max step
+"""FedDebias (docs/methods/feddebias.md): pseudo-data built once, each loss against hand computations, the max step
 touching θ only and the min step leaving it alone, uniform aggregation, and short federated runs on digits."""
 from __future__ import annotations
 

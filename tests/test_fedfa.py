@@ -1,4 +1,4 @@
-"""FedFA (specs/fedfa.md) against hand computations: the anchor loss, the calibration step, the anchor moving
+"""FedFA (docs/methods/fedfa.md) against hand computations: the anchor loss, the calibration step, the anchor moving
 average, the server's averaging, the initial anchors, the diagnostics, and a short federated run."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedFM and FedFM-Lite (specs/fedfm.md) against hand computations: the CG and ℓ2 losses, the count-weighted anchor
+"""FedFM and FedFM-Lite (docs/methods/fedfm.md) against hand computations: the CG and ℓ2 losses, the count-weighted anchor
 aggregation and its missing-class rule, the warm-up, where anchors come from, Lite's communication schedule and
 byte counts, the equal-budget FedAvg, and short federated runs."""
 from __future__ import annotations

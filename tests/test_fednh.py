@@ -1,4 +1,4 @@
-"""FedNH (specs/fednh.md): uniform prototypes, the frozen scaled-cosine head, the server's prototype update, the
+"""FedNH (docs/methods/fednh.md): uniform prototypes, the frozen scaled-cosine head, the server's prototype update, the
 §5 personalized metrics, short federated runs, and resuming a run with its clients' personal state."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedSA and FedProto (specs/fedsa.md): semantic anchors, each loss against a hand computation with the parameters
+"""FedSA and FedProto (docs/methods/fedsa.md): semantic anchors, each loss against a hand computation with the parameters
 it reaches, the margin, prototype-only uploads from private heterogeneous models, and short federated runs."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def ce(logits: list[float], target: int) -> float:
 def test_embedded_anchors_are_non_negative_fixed_and_seeded():
     anchors = semantic_anchors(10, 64, seed=5)
     assert anchors.shape == (10, 64) and not anchors.requires_grad
-    assert anchors.min() >= 0  # ReLU after BatchNorm over the C rows (fedsa.md §2)
+    assert anchors.min() >= 0  # ReLU after BatchNorm over the C rows (docs/methods/fedsa.md §2)
     assert 0.3 < (anchors == 0).float().mean() < 0.7
     assert torch.equal(anchors, semantic_anchors(10, 64, seed=5))
     assert not torch.equal(anchors, semantic_anchors(10, 64, seed=6))
@@ -65,7 +65,7 @@ def test_margin_contrastive_loss_by_hand():
 def test_margin_contrastive_loss_is_finite_on_an_anchor():
     h = ANCHORS[:1].clone().requires_grad_(True)
     margin_contrastive_loss(h, torch.tensor([0]), ANCHORS, 1.0).backward()
-    assert torch.isfinite(h.grad).all()  # the clamped square root (fedsa.md §10.6)
+    assert torch.isfinite(h.grad).all()  # the clamped square root (docs/methods/fedsa.md §10.6)
 
 
 def test_classifier_calibration_by_hand():

@@ -56,7 +56,7 @@ def test_uniform_schemes_stay_within_their_bound(scheme):
 
 
 def test_head_init_applies_to_the_classifier_alone():
-    """fednh.md §12.1: He-normal body, zero biases, N(0, 1/d) head."""
+    """docs/methods/fednh.md §12.1: He-normal body, zero biases, N(0, 1/d) head."""
     model = mlp("he_normal", "lecun_normal")
     head = model.classifier.weight.detach().double()
     assert float(head.std()) == pytest.approx(1 / math.sqrt(FEATURES), rel=0.05)

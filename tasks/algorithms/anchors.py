@@ -1,15 +1,15 @@
 """Shared pieces of the anchor methods (FedFA, FedFM): anchor initialisation, count-weighted anchor
 aggregation, and the anchor diagnostics every anchor method logs.
 
-- `onehot_anchors` / `random_unit_anchors`: FedFA's initial anchors (specs/fedfa.md §4).
-- `pooled_class_means`: eq. (9) of specs/fedfm.md §3 (Σ_k n_{k,c}·a_{k,c} / Σ_k n_{k,c}, from per-class sums and
-  counts), keeping the previous anchor of a class no client holds (fedfm.md §5, §11 point 7).
-- Diagnostics (fedfa.md §6.4 and §9 point 16, DESIGN.md "Evaluation"):
+- `onehot_anchors` / `random_unit_anchors`: FedFA's initial anchors (docs/methods/fedfa.md §4).
+- `pooled_class_means`: eq. (9) of docs/methods/fedfm.md §3 (Σ_k n_{k,c}·a_{k,c} / Σ_k n_{k,c}, from per-class sums and
+  counts), keeping the previous anchor of a class no client holds (docs/methods/fedfm.md §5, §11 point 7).
+- Diagnostics (docs/methods/fedfa.md §6.4 and §9 point 16, DESIGN.md "Evaluation"):
   - `feature_anchor_distance`: a client's mean ‖h − a_y‖ and mean ‖h‖ on its training data; the server's
     sample-weighted mean over clients is the cross-client feature-to-anchor distance, logged raw and divided by
     the mean feature norm (anchor losses shrink features, so the raw distance partly measures scale);
   - `classifier_update_cosine`: per-row cosine of the classifier updates (local − global, weight | bias) between
-    every pair of distinct clients, averaged over rows and pairs (the code of fedfa.md §6.4 also averages the
+    every pair of distinct clients, averaged over rows and pairs (the code of docs/methods/fedfa.md §6.4 also averages the
     self-pairs, which only adds a constant);
   - `min_anchor_distance`: the smallest pairwise ℓ2 distance between anchors.
 """

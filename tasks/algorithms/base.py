@@ -127,7 +127,7 @@ class ClientData:
     num_classes: int
     domain: int = 0
     # the global test set as this client sees it (its domain's rotation), for methods whose personalized
-    # evaluation weights the global test set per client (fednh.md §5)
+    # evaluation weights the global test set per client (docs/methods/fednh.md §5)
     global_x_test: torch.Tensor | None = None
     global_y_test: torch.Tensor | None = None
 

@@ -4,15 +4,15 @@ The server computes them from what it already holds: the global state before and
 client updates, and a probe set (up to `per_class` images of each class from each global test set). A method
 contributes only through its state and updates, so FedAvg, FedProx, FedFA, FedNH, ... are measured alike:
 
-- `feature_distance` (specs/fedfa.md §6.4, "feature distance"): the probe inputs go through every client's
+- `feature_distance` (docs/methods/fedfa.md §6.4, "feature distance"): the probe inputs go through every client's
   local model; the ℓ2 distance between two clients' features of the same input, averaged over inputs and
   distinct client pairs (the code also averages the self-pairs, which only scales it). `feature_distance_rel`
   divides it by the mean feature norm, since anchor losses shrink features and the raw distance with them.
-- `classifier_update_cosine` (fedfa.md §6.4): the per-row cosine of the clients' classifier updates
+- `classifier_update_cosine` (docs/methods/fedfa.md §6.4): the per-row cosine of the clients' classifier updates
   (tasks/algorithms/anchors.py).
 - `classifier_movement`: mean over classes of ‖ŵ_c^{t+1} − ŵ_c^t‖, the unit-normalised rows of the global
   classifier before and after the round: FedNH's prototype movement (its classifier rows are the prototypes,
-  fednh.md §4), and the same quantity for any method with a global linear head.
+  docs/methods/fednh.md §4), and the same quantity for any method with a global linear head.
 - `model_update_norm`: ‖θ^{t+1} − θ^t‖ over the global model's floating tensors; 0 in a round where the global
   model did not change (FedFM-Lite and fedavg_periodic between synchronisations).
 

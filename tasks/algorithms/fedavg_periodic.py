@@ -1,5 +1,5 @@
-"""FedAvg with models communicated only every `a` rounds: FedFM-Lite's equal-budget baseline (specs/fedfm.md §12),
-and the model schedule FedFM-Lite shares with it (fedfm.md §4, §11 point 16).
+"""FedAvg with models communicated only every `a` rounds: FedFM-Lite's equal-budget baseline (docs/methods/fedfm.md §12),
+and the model schedule FedFM-Lite shares with it (docs/methods/fedfm.md §4, §11 point 16).
 
 Schedule (the paper leaves the phase open; this is the choice made here): the global model goes down at rounds
 t ≡ 0 (mod a), so every client starts from w⁰; clients upload their models at rounds t ≡ a−1 (mod a), and the

@@ -1,4 +1,4 @@
-"""FedDebias / FedBR (specs/feddebias.md §2–§5, §9, §11): local-learning-bias reduction with pseudo-data.
+"""FedDebias / FedBR (docs/methods/feddebias.md §2–§5): local-learning-bias reduction with pseudo-data.
 
 Every local iteration (Algorithm 1, §3.5) on a local batch (x, y) and the whole pseudo batch D_p:
   1. max step: one SGD ascent step on the projector θ only, for L_con on detached features (Eq. 2);
@@ -23,7 +23,7 @@ proxy dataset, so the shared RSM batch stands in for Algorithm 3's proxy RSM.
 Server (§4): a plain 1/M average of φ, ω and θ (Alg. 1 lines 13–15; not sample-weighted). θ travels with
 the model as "projector.*" tensors. P is never used for prediction.
 
-Ablations (Table 3, §9.14): component 1 only = `use_contrastive: false` (no P); component 2 only =
+Ablations (Table 3, §10.3): component 1 only = `use_contrastive: false` (no P); component 2 only =
 `use_pseudo: false`; "w/o max step" = `max_step: false` (θ stays at its random init);
 `projector: false` is the other reading (contrastive loss on raw features).
 
@@ -309,7 +309,7 @@ class FedDebias(Algorithm):
             if x_base is not None and p.pseudo_data == "mixture":
                 x_p, y_p = mix_pseudo(x_base, y_base, x, y, p.mixture_k, ctx.generator)
                 if p.use_contrastive:
-                    z_g = self.global_features(frozen, x_p)  # re-mixed every step: no caching (§9.5)
+                    z_g = self.global_features(frozen, x_p)  # re-mixed every step: no caching (§3.1)
                 if p.mixture_correction:
                     neg_weight = y_p.gather(1, paired(y, len(y_p))[:, None]).squeeze(1)
             z_x = model.features(x)
@@ -325,5 +325,5 @@ class FedDebias(Algorithm):
     @staticmethod
     @torch.no_grad()
     def global_features(frozen: nn.Module, x_p: torch.Tensor) -> torch.Tensor:
-        """φ_g(x_p): the round-start global extractor, frozen and without gradients (§9.5)."""
+        """φ_g(x_p): the round-start global extractor, frozen and without gradients (§3.1)."""
         return frozen.features(x_p)

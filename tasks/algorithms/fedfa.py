@@ -1,4 +1,4 @@
-"""FedFA (Zhou, Zhang, Tsang): feature anchors that align features and calibrate classifiers (specs/fedfa.md).
+"""FedFA (Zhou, Zhang, Tsang): feature anchors that align features and calibrate classifiers (docs/methods/fedfa.md).
 
 Following the authors' code wherever it differs from the paper ([CODE] in the spec):
 
@@ -111,7 +111,7 @@ def batches_per_epoch(num_samples: int, train: TrainSettings) -> int:
 
 class AnchorMovingAverage:
     """A client's anchor estimate: M_c += mean(h | y=c) per batch; per epoch â_c ← λ·â_c + (1−λ)·M_c/B for the
-    classes the client holds (fedfa.md §2.5 [CODE]); starts from the received global anchors."""
+    classes the client holds (docs/methods/fedfa.md §2.5 [CODE]); starts from the received global anchors."""
 
     def __init__(self, global_anchors: torch.Tensor, held: torch.Tensor, lam: float, batches_per_epoch: int):
         self.anchors = global_anchors.detach().clone()

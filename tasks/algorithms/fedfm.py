@@ -1,4 +1,4 @@
-"""FedFM and FedFM-Lite (Ye et al.): anchor-based feature matching (specs/fedfm.md §2–§6, §11).
+"""FedFM and FedFM-Lite (Ye et al.): anchor-based feature matching (docs/methods/fedfm.md §2–§6, §11).
 
 FedFM (§2–§3, §5):
 - anchors are per-class means of the penultimate features of the GLOBAL model (eval mode, no gradient) over each
@@ -146,7 +146,7 @@ class FedFM(Algorithm):
         return LocalObjective(start=self.starting_model(payload, client_state), inputs=inputs)
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):
-        """CE + λ·L_FM against the round's anchors (fedfm.md §2.2, the code's CG loss or ℓ2 matching)."""
+        """CE + λ·L_FM against the round's anchors (docs/methods/fedfm.md §2.2, the code's CG loss or ℓ2 matching)."""
         loss = cross_entropy(logits, y, weight)
         if "anchors" not in inputs:
             return loss

@@ -1,6 +1,6 @@
 """FedNH (Dai et al., AAAI 2023): FedAvg on the body plus a non-parametric head of unit class prototypes.
 
-specs/fednh.md:
+docs/methods/fednh.md:
 - §2: the body's features are ℓ2-normalised (a final ReLU before it is the body's own flag, `final_relu` on
   `mlp`: the positive-orthant pitfall of §11.9); the head is bias-free, its rows are the unit class prototypes
   W, and logits = s·W f. s is fixed, or (`learn_scale`, the code) trained locally and averaged like a body weight.
@@ -113,7 +113,7 @@ def predictions(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> to
 
 
 def weighted_correct(correct: torch.Tensor, y: torch.Tensor, class_weight: torch.Tensor) -> tuple[float, float]:
-    """(Σ_j α(y_j)·1[ŷ_j = y_j], Σ_j α(y_j)): fednh.md §5.2's weighted accuracy as a (correct, total) pair."""
+    """(Σ_j α(y_j)·1[ŷ_j = y_j], Σ_j α(y_j)): docs/methods/fednh.md §5.2's weighted accuracy as a (correct, total) pair."""
     w = class_weight.double()[y]
     return float((w * correct.double()).sum()), float(w.sum())
 
@@ -195,7 +195,7 @@ class FedNH(LatestLocalModelEvaluation, Algorithm):
 # ------------------------------------------------------------- baselines under the same §5 protocol
 @register
 class FedAvgPM(LatestLocalModelEvaluation, FedAvg):
-    """FedAvg whose personalized model is its latest local model (fednh.md §5.1)."""
+    """FedAvg whose personalized model is its latest local model (docs/methods/fednh.md §5.1)."""
 
     name = "fedavg_pm"
     protocol_variant = True
@@ -207,7 +207,7 @@ class FedAvgPM(LatestLocalModelEvaluation, FedAvg):
 
 @register
 class LocalPM(LatestLocalModelEvaluation, Local):
-    """Local, reporting PM(L) and PM(V) as well (fednh.md §9)."""
+    """Local, reporting PM(L) and PM(V) as well (docs/methods/fednh.md §9)."""
 
     name = "local_pm"
     protocol_variant = True

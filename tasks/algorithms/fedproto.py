@@ -1,4 +1,4 @@
-"""FedProto (Tan et al., AAAI 2022) as the FedSA code runs it (HtFLlib; specs/fedsa.md §1, §4, §8, §10), and the
+"""FedProto (Tan et al., AAAI 2022) as the FedSA code runs it (HtFLlib; docs/methods/fedsa.md §1, §4, §10), and the
 heterogeneous-model machinery FedSA builds on.
 
 - Private, heterogeneous models (§1): client i trains architecture `family_member(family, i)` (or, with
@@ -152,7 +152,7 @@ class FedProto(Algorithm):
         return {**state, "protos": protos, "proto_mask": mask}
 
     def round_metrics(self, state, updates, round_idx):
-        """Mean nearest-neighbour distance of the global prototypes (claim (d) of fedsa.md §11)."""
+        """Mean nearest-neighbour distance of the global prototypes (claim (d) of docs/methods/fedsa.md §11)."""
         return {"prototype_margin": mean_nearest_neighbour_distance(state["protos"][state["proto_mask"]])}
 
     # ------------------------------------------------------------------ client half

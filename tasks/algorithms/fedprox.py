@@ -1,6 +1,6 @@
 """FedProx (Li et al.): FedAvg plus the proximal term (μ/2)·‖w − w_global‖² in the local objective.
 
-The specs use μ = 0.1 (fedfa.md §11) and μ = 0.01 (fedfm.md §12, feddebias.md §10.2); the default follows
+The specs use μ = 0.1 (docs/methods/fedfa.md §11) and μ = 0.01 (docs/methods/fedfm.md §12, docs/methods/feddebias.md §10.2); the default follows
 the digits protocols of the latter two.
 """
 from __future__ import annotations
@@ -30,5 +30,5 @@ class FedProx(Algorithm):
         return LocalObjective(start=payload["model"], inputs={"anchor": on_device(payload["model"], ctx.device)})
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):
-        """CE + (μ/2)·‖w − w_global‖² (fedfa.md §11, fedfm.md §12)."""
+        """CE + (μ/2)·‖w − w_global‖² (docs/methods/fedfa.md §11, docs/methods/fedfm.md §12)."""
         return cross_entropy(logits, y, weight) + proximal_term(params, inputs["anchor"], self.params.mu)

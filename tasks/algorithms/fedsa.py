@@ -1,5 +1,5 @@
 """FedSA (Zhou et al., AAAI 2025): prototype-based FL with private heterogeneous models aligned to fixed semantic
-anchors (specs/fedsa.md; defaults follow the official code `lokinko/FedSA` where §5 and §10 mark [code]).
+anchors (docs/methods/fedsa.md; defaults follow the official code `lokinko/FedSA` where §5 and §10 mark [code]).
 
 Everything FedProto does (fedproto.py: private models from a family, uploads of per-class prototypes and counts
 only, unweighted per-class aggregation, the three evaluation rules), plus:

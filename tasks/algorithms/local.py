@@ -1,6 +1,6 @@
 """Local: every client trains its own model on its own data and never communicates.
 
-All clients start from the same θ⁰ (fednh.md §12.1). Judged by personalized accuracy on each client's own
+All clients start from the same θ⁰ (docs/methods/fednh.md §12.1). Judged by personalized accuracy on each client's own
 test split; there is no global model.
 """
 from __future__ import annotations

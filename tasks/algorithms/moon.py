@@ -17,7 +17,7 @@ Engines: the loss is a `local_loss`, so MOON trains on both engines. The two fro
 of the model's architecture under the payload's and the client's previous tensors (`frozen_features`), inputs
 of the client's objective: shared by every client (the global model) or stacked per client (the previous one).
 
-The spec's baselines (feddebias.md §8, §10.2) use τ = 0.5 and μ ∈ {0.01, 1}; the default μ = 1 is the MOON
+The spec's baselines (docs/methods/feddebias.md §8, §10.2) use τ = 0.5 and μ ∈ {0.01, 1}; the default μ = 1 is the MOON
 code's default.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Class-prototype helpers shared by FedNH, FedSA and FedProto (no algorithm is registered here).
 
-- spread prototypes on the unit sphere: fednh.md §2.2 (Eq. 1's regular simplex when C ≤ d + 1, Eq. 1 solved
+- spread prototypes on the unit sphere: docs/methods/fednh.md §2.2 (Eq. 1's regular simplex when C ≤ d + 1, Eq. 1 solved
   numerically beyond that, or the official code's random orthonormal rows);
-- FedNH's server prototype update (fednh.md §4, the code's class-wise rule);
-- the per-class unweighted mean of client prototypes (FedProto's `proto_aggregation`, fedsa.md §4.1 d);
-- Euclidean distances with a clamped square root (fedsa.md §10.6), the mean nearest-neighbour distance (the
+- FedNH's server prototype update (docs/methods/fednh.md §4, the code's class-wise rule);
+- the per-class unweighted mean of client prototypes (FedProto's `proto_aggregation`, docs/methods/fedsa.md §4.1 d);
+- Euclidean distances with a clamped square root (docs/methods/fedsa.md §10.6), the mean nearest-neighbour distance (the
   FedSA code's margin, §3.3), and nearest-prototype prediction (§4.3).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def simplex_prototypes(num_classes: int, dim: int, generator: torch.Generator) -
 def optimised_prototypes(num_classes: int, dim: int, generator: torch.Generator, steps: int = 1000,
                          temperature: float = 0.02, lr: float = 0.05) -> torch.Tensor:
     """Eq. (1) beyond C = d + 1 (no closed form): projected gradient on the sphere minimising a smooth
-    maximum (log-sum-exp) of the pairwise cosines, rows renormalised after each step (fednh.md §2.2 (b))."""
+    maximum (log-sum-exp) of the pairwise cosines, rows renormalised after each step (docs/methods/fednh.md §2.2 (b))."""
     w = F.normalize(torch.randn(num_classes, dim, generator=generator, dtype=torch.float64), dim=1)
     off_diagonal = ~torch.eye(num_classes, dtype=torch.bool)
     for _ in range(steps):
@@ -40,7 +40,7 @@ def optimised_prototypes(num_classes: int, dim: int, generator: torch.Generator,
 
 def orthogonal_prototypes(num_classes: int, dim: int, generator: torch.Generator) -> torch.Tensor:
     """The official code's init: random orthonormal rows (cosine 0). With C > d the rows of an orthonormal
-    basis are not unit-norm, so they are renormalised (fednh.md §11.3)."""
+    basis are not unit-norm, so they are renormalised (docs/methods/fednh.md §11.3)."""
     tall = torch.randn(max(num_classes, dim), min(num_classes, dim), generator=generator, dtype=torch.float64)
     q, r = torch.linalg.qr(tall)
     q = q * torch.sign(torch.diagonal(r))
@@ -60,7 +60,7 @@ def initial_prototypes(method: str, num_classes: int, dim: int, generator: torch
 # ------------------------------------------------------------------------------------ server updates
 def smoothed_prototype_update(prototypes: torch.Tensor, weighted_sums: torch.Tensor, counts: torch.Tensor,
                               rho: float) -> torch.Tensor:
-    """FedNH's semantic infusion (Eq. 4 with the code's class-wise weights, fednh.md §4):
+    """FedNH's semantic infusion (Eq. 4 with the code's class-wise weights, docs/methods/fednh.md §4):
     a_c = normalise(Σ_k n_kc μ̂_kc / Σ_k n_kc); W_c ← normalise(ρ W_c + (1 − ρ) a_c).
     `weighted_sums` = Σ_k n_kc μ̂_kc and `counts` = Σ_k n_kc over the round's clients; a class that no client
     holds keeps its prototype (it is not shrunk toward 0)."""
@@ -83,7 +83,7 @@ def mean_of_present(rows: list[torch.Tensor], masks: list[torch.Tensor]) -> tupl
 # ------------------------------------------------------------------------------------------ geometry
 def euclidean_distances(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """‖a_i − b_j‖ from the expanded form, clamped before the square root so its gradient stays finite
-    where a row coincides with an anchor (fedsa.md §10.6)."""
+    where a row coincides with an anchor (docs/methods/fedsa.md §10.6)."""
     squared = (a * a).sum(1, keepdim=True) - 2 * a @ b.T + (b * b).sum(1).unsqueeze(0)
     return squared.clamp_min(eps).sqrt()
 
@@ -99,7 +99,7 @@ def mean_nearest_neighbour_distance(points: torch.Tensor) -> float:
 
 def nearest_prototype(features: torch.Tensor, prototypes: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The class of the nearest prototype (squared Euclidean, i.e. the code's MSE) among the classes in `mask`;
-    −1 (never correct) when the mask is empty, as before the first aggregation (fedsa.md §4.3)."""
+    −1 (never correct) when the mask is empty, as before the first aggregation (docs/methods/fedsa.md §4.3)."""
     if mask is not None and not bool(mask.any()):
         return torch.full((len(features),), -1, dtype=torch.long, device=features.device)
     dist = torch.cdist(features.double(), prototypes.double().to(features.device))

@@ -111,5 +111,5 @@ def load_dataset(opts) -> ArrayDataset:
 
 
 def normalize_images(x: np.ndarray, mode: str) -> np.ndarray:
-    """`center` maps [0, 1] to [-1, 1] ((x − 0.5)/0.5, fedsa.md §11)."""
+    """`center` maps [0, 1] to [-1, 1] ((x − 0.5)/0.5, docs/methods/fedsa.md §11)."""
     return (x - 0.5) / 0.5 if mode == "center" else x

@@ -5,17 +5,17 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 
 - iid: an even random split.
 - dirichlet: per class k, p ~ Dir_N(α); with `cap`, clients already holding ≥ n/N samples get p_i = 0
-  (FedLab / NIID-Bench / PFLlib, fedfa.md §6.2, fednh.md §7, fedsa.md §6); redrawn until every client has
-  `min_size` samples and `min_classes` classes (fednh.md §7's official code asks for 2; it gives up after 3
+  (FedLab / NIID-Bench / PFLlib, docs/methods/fedfa.md §6.2, docs/methods/fednh.md §7, docs/methods/fedsa.md §6); redrawn until every client has
+  `min_size` samples and `min_classes` classes (docs/methods/fednh.md §7's official code asks for 2; it gives up after 3
   draws and swaps chunks, here the split is redrawn until it holds), at most `max_draws` times. With `repair`,
   the last draw that still misses `min_size` is repaired instead of rejected: samples move from the largest
   clients to those below the minimum (the only way at α = 0.1 with 1,000+ clients; see `repair_sizes`).
 - dirichlet_equal: equal sizes ⌊n/N⌋, each client's class mix q_i ~ Dir(α·1_C) drawn without replacement
-  from per-class pools (feddebias.md §10.1 step 3).
-- shards: label-sorted shards, #C per client (FedLab `shards`, fedfa.md §6.2).
+  from per-class pools (docs/methods/feddebias.md §10.1 step 3).
+- shards: label-sorted shards, #C per client (FedLab `shards`, docs/methods/fedfa.md §6.2).
 - rotation domains: `grouped` splits the training set into one equal part per angle and partitions each
-  part over its clients (fedfa.md §11); `per_client` gives client i the angle i mod len(angles)
-  (feddebias.md §10.1 step 4).
+  part over its clients (docs/methods/fedfa.md §11); `per_client` gives client i the angle i mod len(angles)
+  (docs/methods/feddebias.md §10.1 step 4).
 """
 from __future__ import annotations
 
@@ -306,7 +306,7 @@ def make_partition(y_train: np.ndarray, data_cfg, seed: int) -> Partition:
 
 
 def rotate_images(x: np.ndarray, angle: float) -> np.ndarray:
-    """Rotate NCHW images by `angle` degrees about their centre (fedfa.md §11, feddebias.md §10.1)."""
+    """Rotate NCHW images by `angle` degrees about their centre (docs/methods/fedfa.md §11, docs/methods/feddebias.md §10.1)."""
     if angle % 360 == 0:
         return x
     from scipy.ndimage import rotate

@@ -1,11 +1,11 @@
 """The papers' small image CNNs, with the layer sizes of the official code.
 
 - `acar_cnn`: Acar et al. (FedDyn)'s 2-conv CNN, FedFA's FMNIST/EMNIST and CIFAR-10 model
-  (specs/fedfa.md §6.1; the code's flattened size is 512, not the paper's 992). FedNH's `Conv2Cifar`
-  (specs/fednh.md §7) is the 3×32×32 variant with `classifier_bias: false`; FedFA's validation models
+  (docs/methods/fedfa.md §6.1; the code's flattened size is 512, not the paper's 992). FedNH's `Conv2Cifar`
+  (docs/methods/fednh.md §7) is the 3×32×32 variant with `classifier_bias: false`; FedFA's validation models
   use `feature_dim: 100`.
-- `mixed_digits_cnn`: FedBN's `DigitModel`, FedFA's Mixed-Digits model (specs/fedfa.md §6.1).
-- `groupnorm_cnn`: FedDebias's 4-conv GroupNorm CNN (specs/feddebias.md §10.2; the code's `MNIST_CNN`, §11,
+- `mixed_digits_cnn`: FedBN's `DigitModel`, FedFA's Mixed-Digits model (docs/methods/fedfa.md §6.1).
+- `groupnorm_cnn`: FedDebias's 4-conv GroupNorm CNN (docs/methods/feddebias.md §10.2; the code's `MNIST_CNN`, §11,
   is `channels: [64, 128, 128, 128]`).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Small models sized for 8×8 digits (and any flat input): an MLP and a CNN.
 
-The MLP is the reproduction model of specs/fedfa.md §11 (64 → 128 → 64, ReLU) with configurable widths,
-so the other specs' digits protocols (fedfm.md §12: 64 → 64 → 32; fednh.md §12; feddebias.md §10.2) are
+The MLP is the reproduction model of docs/methods/fedfa.md §11 (64 → 128 → 64, ReLU) with configurable widths,
+so the other specs' digits protocols (docs/methods/fedfm.md §12: 64 → 64 → 32; docs/methods/fednh.md §12; docs/methods/feddebias.md §10.2) are
 the same model with other `hidden` / `feature_dim`.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ class DigitsCNNParams(ModelParams):
 
 
 class DigitsCNN(FLModel):
-    """Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-MaxPool2 → FC-ReLU = h → FC (specs/fedfa.md §11)."""
+    """Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-MaxPool2 → FC-ReLU = h → FC (docs/methods/fedfa.md §11)."""
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: DigitsCNNParams):
         super().__init__()

@@ -1,10 +1,10 @@
 """Model families for heterogeneous-model methods (FedSA): client i gets member i mod len(family).
 
-- `fedsa_digits`: the scaled-down extractors of specs/fedsa.md §11, for 8×8 digits (and padded or other
+- `fedsa_digits`: the scaled-down extractors of docs/methods/fedsa.md §11, for 8×8 digits (and padded or other
   sizes; every flattened size is computed from the input shape). All end in ReLU with one `feature_dim`
   (D = 64 by default): arch 0 MLP 64→D; arch 1 MLP 64→128→D; arch 2 MLP 64→256→256→D; arch 3
   conv3×3(1→16, pad 1)-ReLU-MaxPool2 then Linear(256→D)-ReLU.
-- `htfe`: the scaled-down HtFE image extractors of tasks/models/htfe.py (specs/fedsa.md §6).
+- `htfe`: the scaled-down HtFE image extractors of tasks/models/htfe.py (docs/methods/fedsa.md §6).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedSA's heterogeneous feature extractors (HtFE), scaled down for CPU runs (specs/fedsa.md §1, §6, §9).
+"""FedSA's heterogeneous feature extractors (HtFE), scaled down for CPU runs (docs/methods/fedsa.md §1, §6).
 
 HtFE8 is {4-layer CNN, GoogLeNet, MobileNetV2, ResNet18, ResNet34, ResNet50, ResNet101, ResNet152} and HtFE5
 adds ResNet10. Here: the 4-layer CNN with the code's sizes at `width: 16`, and small GoogLeNet-, MobileNetV2-,

@@ -6,7 +6,7 @@ Schemes (every Linear and Conv layer; norm layers keep PyTorch's weight 1, bias 
 - `he_uniform`: U(±√(6/fan_in)) weights, zero biases.
 - `xavier_uniform`: U(±√(6/(fan_in + fan_out))) weights, zero biases.
 - `xavier_normal`: N(0, 2/(fan_in + fan_out)) weights, zero biases.
-- `lecun_normal`: N(0, 1/fan_in) weights, zero biases (specs/fednh.md §12.1's N(0, 1/d) head).
+- `lecun_normal`: N(0, 1/fan_in) weights, zero biases (docs/methods/fednh.md §12.1's N(0, 1/d) head).
 
 `head_init` (default: the same as `init`) is applied to the classifier alone, after the body's scheme.
 Draws come from torch's global generator, which `Algorithm.new_model` seeds with the run seed, so every

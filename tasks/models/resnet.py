@@ -1,10 +1,10 @@
 """CIFAR-style ResNets (3×3 stem, stride 1, no max-pool) and `resnet18_gn`.
 
-`resnet18_gn` is FedFA's CIFAR-100 model (specs/fedfa.md §6.1, from MOON's `resnetcifar.py`): ResNet-18
+`resnet18_gn` is FedFA's CIFAR-100 model (docs/methods/fedfa.md §6.1, from MOON's `resnetcifar.py`): ResNet-18
 with GroupNorm(2, ·) everywhere, then the projector Linear(512,512)-ReLU-Linear(512,256), whose output
 (no ReLU) is h.
 With `projector: false` h is the pooled 512-d output, as in FedNH's and FedDebias's ResNet-18-GN
-(specs/fednh.md §7; FedNH's `no_norm` is `block_norm: false`). `resnet_body` is also used by the HtFE family.
+(docs/methods/fednh.md §7; FedNH's `no_norm` is `block_norm: false`). `resnet_body` is also used by the HtFE family.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`vgg11`: VGG-11 as FedDebias uses it on CIFAR-10 and PACS (specs/feddebias.md §6, §11).
+"""`vgg11`: VGG-11 as FedDebias uses it on CIFAR-10 and PACS (docs/methods/feddebias.md §6).
 
 The code's `CIFAR_Vgg` keeps torchvision `vgg11`'s convolutional layers (configuration "A", no BatchNorm) and
 replaces the 4096-wide MLP head with global average pooling, so h is 512-d and the classifier is one Linear.

@@ -1,28 +1,33 @@
-"""The floor every benchmark is measured against: the plainest single-process PyTorch loop doing the same work.
+"""The floor every benchmark is measured against: a plain single-process PyTorch loop as an experienced engineer
+writes it, doing the same work as Mooring.
 
-The same clients (the config's partition), the same model architecture (the digits MLP as an `nn.Sequential`),
-the same sampled clients per round, the same number and sizes of local batches (each client's samples shuffled
-once per local epoch), plain SGD with the config's learning rate, momentum and weight decay, and FedAvg's
-sample-weighted average. Per client: a copy of the global model, an SGD optimizer, forward, backward, step.
-No framework, no Ray, no tracking, no checkpoints, one intra-op thread. The shuffles come from one torch
-generator, so the samples in a batch are not Mooring's; how many batches and how large are.
+The same clients (the config's partition), the digits MLP written out as an `nn.Sequential`, the same sampled
+clients per round and the same mini-batches (each client's round generator seeded as Mooring seeds it, so the
+two reach the same global model: tests/test_bench.py), SGD with the config's learning rate, momentum and weight
+decay, FedAvg's sample-weighted average, the global model evaluated on the test set when `eval.every` says. One
+working model for every client: the global parameters are copied into it, a fresh optimizer (it holds no state
+beyond momentum), forward, backward, step; the weighted average is kept as one flat tensor. No framework, no
+Ray, no tracking, no checkpoints, one intra-op thread.
 
-Run as its own process, it prints one JSON line: {"rounds_seconds": ...}, the time of its rounds alone
-(its set-up, data loading and imports excluded; a caller timing the whole process gets those too):
+Run as its own process, it prints one JSON line: {"rounds_seconds": ...}, the time of its rounds alone (set-up,
+data loading and imports excluded; a caller timing the whole process gets those too):
 
     python -m benchmarks.bare_loop configs/default.yaml --set data.num_clients=1000 ...
+    python -m benchmarks.bare_loop ... --vectorized      (the limit: benchmarks/vectorized_loop.py)
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib
 import json
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import parameters_to_vector
 
 
 def plain_mlp(input_dim: int, hidden: list[int], feature_dim: int, num_classes: int) -> nn.Module:
@@ -34,55 +39,106 @@ def plain_mlp(input_dim: int, hidden: list[int], feature_dim: int, num_classes: 
     return nn.Sequential(*layers, nn.Linear(feature_dim, num_classes))
 
 
-def check_supported(cfg) -> None:
+@dataclass
+class Workload:
+    """Everything a round needs, prepared before the clock starts."""
+
+    clients: list[tuple[torch.Tensor, torch.Tensor]]  # each client's training (x, y)
+    per_round: list[list[int]]  # the sampled clients of each round
+    train: Any  # the config's TrainConfig
+    seed: int
+    eval_every: int
+    test: tuple[torch.Tensor, torch.Tensor]
+
+    def batches(self, round_idx: int, cid: int) -> list[torch.Tensor]:
+        """The client's mini-batches of the round, as Mooring draws them (its generator seeded from the run seed,
+        the round and the client)."""
+        from tasks.algorithms.base import batch_indices, seeded_generator
+
+        return batch_indices(len(self.clients[cid][1]), self.train, seeded_generator(self.seed, round_idx, cid))
+
+    def evaluated(self, round_idx: int) -> bool:
+        last = round_idx == len(self.per_round) - 1
+        return bool(self.eval_every) and ((round_idx + 1) % self.eval_every == 0 or last)
+
+
+def check_supported(cfg, vectorized: bool = False) -> None:
     t = cfg.train
     if (cfg.model.name != "mlp" or cfg.algorithm.name not in ("fedavg",) or t.optimizer.name != "sgd"
-            or t.local_steps is not None or t.grad_clip is not None or t.lr_schedule.name != "constant"):
-        raise ValueError("the bare loop covers FedAvg with the digits MLP, plain SGD, local epochs and a constant "
-                         "learning rate, no gradient clipping")
+            or t.grad_clip is not None or t.lr_schedule.name != "constant"):
+        raise ValueError("the plain loops cover FedAvg with the digits MLP, SGD, a constant learning rate and no "
+                         "gradient clipping")
+    if vectorized and (t.optimizer.momentum or t.optimizer.weight_decay):
+        raise ValueError("the vectorised loop covers plain SGD: no momentum, no weight decay")
 
 
-def rounds_seconds(cfg) -> float:
-    """Set up outside the clock (data, the sampled clients of every round), then time the rounds alone."""
+def load_workload(cfg) -> tuple[Workload, nn.Module]:
+    """The clients' data, every round's sampled clients and the model, from the config and its seed."""
     from orchestrator.datasets import prepare_data
     from orchestrator.federation import sample_clients
 
-    check_supported(cfg)
-    torch.set_num_threads(1)
-    importlib.import_module("torch._dynamo")  # the first optimizer of a process imports it (seconds): not a round's
     data = prepare_data(cfg)
     clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]
     per_round = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(cfg.train.rounds)]
+    x_test, y_test = next(iter(data.test_sets().values()))
     torch.manual_seed(cfg.seed)
     options = cfg.model.options
     model = plain_mlp(clients[0][0][0].numel(), list(options.get("hidden", [128])), options.get("feature_dim", 64),
                       data.num_classes)
-    start = time.perf_counter()
-    train_rounds(model, clients, per_round, cfg.train, torch.Generator().manual_seed(cfg.seed))
-    return time.perf_counter() - start
+    return Workload(clients, per_round, cfg.train, cfg.seed, cfg.eval.every, (x_test, y_test)), model
 
 
-def train_rounds(model: nn.Module, clients, per_round: list[list[int]], train, generator: torch.Generator) -> None:
-    opt = train.optimizer
-    for cids in per_round:
-        states, weights = [], []
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((model(x).argmax(1) == y).float().mean()) if len(y) else float("nan")
+
+
+def train_rounds(model: nn.Module, w: Workload) -> list[float]:
+    """FedAvg's rounds on one working model; returns the accuracy of each evaluated round."""
+    params = list(model.parameters())
+    opt = w.train.optimizer
+    global_flat = parameters_to_vector(params).detach().clone()
+    accuracies = []
+    for round_idx, cids in enumerate(w.per_round):
+        total = sum(len(w.clients[c][1]) for c in cids)
+        averaged = torch.zeros_like(global_flat)
         for cid in cids:
-            x, y = clients[cid]
-            local = copy.deepcopy(model)
-            sgd = torch.optim.SGD(local.parameters(), lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-            for _ in range(train.local_epochs):
-                order = torch.randperm(len(y), generator=generator)
-                for begin in range(0, len(y), train.batch_size):
-                    idx = order[begin:begin + train.batch_size]
-                    if train.drop_last and len(idx) < train.batch_size <= len(y):
-                        break
-                    sgd.zero_grad()
-                    F.cross_entropy(local(x[idx]), y[idx]).backward()
-                    sgd.step()
-            states.append(local.state_dict())
-            weights.append(len(y))
-        total = sum(weights)
-        model.load_state_dict({key: sum(s[key] * (w / total) for s, w in zip(states, weights)) for key in states[0]})
+            x, y = w.clients[cid]
+            load_flat(params, global_flat)
+            sgd = torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+            for idx in w.batches(round_idx, cid):
+                sgd.zero_grad(set_to_none=True)
+                F.cross_entropy(model(x[idx]), y[idx]).backward()
+                sgd.step()
+            averaged.add_(parameters_to_vector(params).detach(), alpha=len(y) / total)
+        global_flat = averaged
+        load_flat(params, global_flat)
+        if w.evaluated(round_idx):
+            accuracies.append(accuracy(model, *w.test))
+    return accuracies
+
+
+def load_flat(params: list[nn.Parameter], flat: torch.Tensor) -> None:
+    """Copy a flat vector into the parameters (torch's vector_to_parameters would make them views of it, and the
+    first client's steps would then move the global model)."""
+    chunks = flat.split([p.numel() for p in params])
+    with torch.no_grad():
+        torch._foreach_copy_(params, [chunk.view_as(p) for chunk, p in zip(chunks, params)])
+
+
+def rounds_seconds(cfg, vectorized: bool = False) -> float:
+    """Set up outside the clock (data, the sampled clients of every round), then time the rounds alone."""
+    check_supported(cfg, vectorized)
+    torch.set_num_threads(1)
+    importlib.import_module("torch._dynamo")  # the first optimizer of a process imports it (seconds): not a round's
+    workload, model = load_workload(cfg)
+    if vectorized:
+        from benchmarks.vectorized_loop import train_rounds_vectorized as train
+    else:
+        train = train_rounds
+    start = time.perf_counter()
+    train(model, workload)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -91,8 +147,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bare_loop")
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--vectorized", action="store_true", help="the vectorised loop (benchmarks/vectorized_loop.py)")
     args = parser.parse_args()
-    print(json.dumps({"rounds_seconds": rounds_seconds(load_config(args.config, args.overrides))}), flush=True)
+    seconds = rounds_seconds(load_config(args.config, args.overrides), args.vectorized)
+    print(json.dumps({"rounds_seconds": seconds}), flush=True)
 
 
 if __name__ == "__main__":

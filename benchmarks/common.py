@@ -62,9 +62,11 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""), "RAY_AUTH_MODE": "disabled"}
 
 
-def bare_loop_process(config: str, overrides: list[str], cwd: str) -> tuple[float, float]:
-    """The bare loop (benchmarks/bare_loop.py) in a fresh process: (its rounds' seconds, the whole process's)."""
-    cmd = [sys.executable, "-m", "benchmarks.bare_loop", config, *(f"--set={o}" for o in overrides)]
+def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> tuple[float, float]:
+    """The efficient plain loop (benchmarks/bare_loop.py), or with `vectorized` the vectorised loop, in a fresh
+    process: (its rounds' seconds, the whole process's)."""
+    cmd = [sys.executable, "-m", "benchmarks.bare_loop", config, *(f"--set={o}" for o in overrides),
+           *(["--vectorized"] if vectorized else [])]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
     whole = time.perf_counter() - start

@@ -73,14 +73,14 @@ def measure(repeats: int = 5, engine: str | None = None, mooring_overrides: tupl
 def report(m: dict) -> str:
     engine = f", engine {m['engine']}" if m["engine"] else ""
     rows = [
-        ["bare loop (fresh process, 1 thread)", f"{m['bare']:.2f}", "1.00", "floor"],
+        ["efficient plain loop (fresh process, 1 thread)", f"{m['bare']:.2f}", "1.00", "floor"],
         ["Mooring's run_in_process (1 thread, no Ray)", f"{m['in_process']:.2f}", f"{m['in_process'] / m['bare']:.2f}", ""],
         [f"Mooring, 1 actor{engine}", f"{m['one']:.2f}", f"{m['one'] / m['bare']:.2f}", ""],
         [f"Mooring, 2 actors{engine}", f"{m['two']:.2f}", f"{m['two'] / m['bare']:.2f}", f"target ≤ {TARGET_TWO}"],
-        ["two bare loops at once, two processes (the machine's ceiling)", f"{m['pair']:.2f} each",
+        ["two plain loops at once, two processes (the machine's ceiling)", f"{m['pair']:.2f} each",
          f"{m['pair'] / m['bare']:.2f}", f"at most {m['ceiling']:.2f}× from two processes"],
     ]
-    return (markdown_table(["", "rounds' seconds", "× bare loop", ""], rows)
+    return (markdown_table(["", "rounds' seconds", "× plain loop", ""], rows)
             + f"\n\nRounds only, both sides (Mooring's include its MLflow logging, metrics file and checkpoints); "
               f"each the fastest of {m['repeats']} interleaved runs. A run's own set-up and end (data, actors, MLflow "
               f"run, final artifacts; Ray's start excluded) took up to {m['setup']:.1f} s. "

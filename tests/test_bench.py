@@ -2,6 +2,7 @@
 they run (tiny sizes: no timing is asserted)."""
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -9,36 +10,47 @@ import sys
 
 import pytest
 import torch
+from torch.nn.utils import parameters_to_vector
 
-from benchmarks.bare_loop import check_supported, plain_mlp, train_rounds
+from benchmarks.bare_loop import check_supported, load_flat, load_workload, train_rounds
 from benchmarks.tiny_clients import workload
+from benchmarks.vectorized_loop import train_rounds_vectorized
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, in_process_calls, sample_clients
+from orchestrator.federation import ClientHost, Server, in_process_calls
 
 
-def test_the_bare_loop_trains_as_mooring_does(workdir):
-    """With one full batch per client, the shuffle cannot matter: the bare loop's global model after three
-    rounds equals Mooring's (float32 summation order aside)."""
-    cfg = load_config("configs/default.yaml", workload("12/4", rounds=3) + workdir + ["train.batch_size=1000"])
+@pytest.mark.parametrize("partition", [["data.partition.kind=iid"],
+                                       ["data.partition.kind=dirichlet", "data.partition.alpha=0.1",
+                                        "data.partition.min_size=2", "data.partition.repair=true"]])
+def test_the_plain_loop_and_the_vectorised_loop_reach_mooring_s_global_model_on_the_same_batches(workdir, partition):
+    """Neither reference is another workload: from Mooring's θ⁰, on the batches Mooring draws, both reach the global
+    model of Mooring's sequential engine after three rounds (float32 summation order aside), IID and with client
+    sizes that differ a lot (Dirichlet α = 0.1: the vectorised loop pads and masks)."""
+    cfg = load_config("configs/default.yaml", workload("30/6", rounds=3) + workdir + partition +
+                      ["train.engine=sequential", "train.batch_size=4", "eval.every=1"])
     data = prepare_data(cfg)
     server, host = Server(cfg, data), ClientHost(cfg, data, list(range(data.num_clients)))
-    model = plain_mlp(64, [128], 64, data.num_classes)
-    model.load_state_dict(dict(zip(model.state_dict(), server.state["model"].values())))
-    clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]
-    per_round = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(3)]
-    train_rounds(model, clients, per_round, cfg.train, torch.Generator().manual_seed(0))
-    for _ in range(3):
-        server.run_round(in_process_calls(host))
-    for bare, ours in zip(model.state_dict().values(), server.state["model"].values()):
-        assert torch.allclose(bare, ours, atol=1e-6)
-    assert not torch.equal(list(model.state_dict().values())[0], list(Server(cfg, data).state["model"].values())[0])
+    start = parameters_to_vector(list(server.state["model"].values())).clone()
+    mooring_accuracies = [server.run_round(in_process_calls(host))["accuracy"] for _ in range(3)]
+    mooring = parameters_to_vector(list(server.state["model"].values()))
+    assert not torch.allclose(mooring, start, atol=1e-3)
+    workload_, model = load_workload(cfg)
+    sizes = {len(y) for _, y in workload_.clients}
+    assert len(sizes) > 1 if "dirichlet" in partition[0] else True
+    for train in (train_rounds, train_rounds_vectorized):
+        trained = copy.deepcopy(model)
+        load_flat(list(trained.parameters()), start)
+        accuracies = train(trained, workload_)
+        assert torch.allclose(parameters_to_vector(trained.parameters()), mooring, atol=2e-5), train.__name__
+        assert accuracies == pytest.approx(mooring_accuracies, abs=1e-6), train.__name__
 
 
-def test_the_bare_loop_refuses_what_it_does_not_do():
-    cfg = load_config("configs/default.yaml", ["train.optimizer.name=adam"])
-    with pytest.raises(ValueError, match="plain SGD"):
-        check_supported(cfg)
+def test_the_plain_loops_refuse_what_they_do_not_do():
+    with pytest.raises(ValueError, match="SGD"):
+        check_supported(load_config("configs/default.yaml", ["train.optimizer.name=adam"]))
+    with pytest.raises(ValueError, match="plain SGD: no momentum"):
+        check_supported(load_config("configs/default.yaml", ["train.optimizer.momentum=0.9"]), vectorized=True)
 
 
 def bench(cwd, *args):
@@ -48,7 +60,7 @@ def bench(cwd, *args):
 
 
 def ratios(text: str) -> dict[str, float]:
-    """{row label: × bare loop} from a benchmark's markdown table."""
+    """{row label: × the first reference} from a benchmark's markdown table."""
     rows = re.findall(r"^\| ([^|]+?) \| [^|]+ \| ([0-9.]+)", text, flags=re.M)
     return {label: float(ratio) for label, ratio in rows}
 
@@ -60,8 +72,11 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     out = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
     assert out.returncode == 0, out.stderr
     found = ratios(out.stdout)
-    assert found["bare loop (fresh process, 1 thread)"] == 1.0
+    assert found["efficient plain loop (fresh process, 1 thread)"] == 1.0
+    assert found["vectorised loop, torch.func (fresh process, 1 thread)"] > 0
     assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0 and found["Mooring, 1 actor"] > 0
+    assert "12 clients, 4 per round, IID, 2 rounds" in out.stdout
+    assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out.stdout
     assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
     assert list(cwd.iterdir()) == []  # no ./mlruns, partitions or run directories left behind
 
@@ -73,7 +88,7 @@ def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(
     out = bench(cwd, "whole-run", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
     assert out.returncode == 0, out.stderr
     found = ratios(out.stdout)
-    assert found["bare loop, whole process"] == 1.0 and found["`mooring run`, 1 actor, whole process"] > 0
+    assert found["efficient plain loop, whole process"] == 1.0 and found["`mooring run`, 1 actor, whole process"] > 0
     assert "Reproduce: `mooring bench whole-run --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
     assert list(cwd.iterdir()) == []
 

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from tasks.algorithms.base import batch_indices, seeded_generator
+
 
 def plain_mlp(input_dim: int, hidden: list[int], feature_dim: int, num_classes: int) -> nn.Module:
     """Mooring's digits MLP written out: Linear-ReLU layers up to the feature layer, then the classifier."""
@@ -53,8 +55,6 @@ class Workload:
     def batches(self, round_idx: int, cid: int) -> list[torch.Tensor]:
         """The client's mini-batches of the round, as Mooring draws them (its generator seeded from the run seed,
         the round and the client)."""
-        from tasks.algorithms.base import batch_indices, seeded_generator
-
         return batch_indices(len(self.clients[cid][1]), self.train, seeded_generator(self.seed, round_idx, cid))
 
     def evaluated(self, round_idx: int) -> bool:

@@ -8,6 +8,8 @@ benchmarks/bare_loop.py (which runs it as `python -m benchmarks.bare_loop ... --
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,7 +46,7 @@ def train_rounds_vectorized(model: nn.Module, w: Workload) -> list[float]:
     x_all = torch.cat([x for x, _ in w.clients])
     y_all = torch.cat([y for _, y in w.clients])
     sizes = [len(y) for _, y in w.clients]
-    offsets = [sum(sizes[:c]) for c in range(len(sizes))]
+    offsets = [0, *itertools.accumulate(sizes)][:-1]
     step_grads = vmap(grad(masked_loss(model)))
     global_params = {name: p.detach().clone() for name, p in model.named_parameters()}
     lr = w.train.optimizer.lr
@@ -60,11 +62,13 @@ def train_rounds_vectorized(model: nn.Module, w: Workload) -> list[float]:
         weights /= weights.sum()
         global_params = {name: torch.tensordot(weights, p, dims=1) for name, p in params.items()}
         if w.evaluated(round_idx):
-            with torch.no_grad():
-                for name, p in model.named_parameters():
-                    p.copy_(global_params[name])
+            load_named(model, global_params)
             accuracies.append(accuracy(model, *w.test))
+    load_named(model, global_params)
+    return accuracies
+
+
+def load_named(model: nn.Module, params: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(global_params[name])
-    return accuracies
+            p.copy_(params[name])

@@ -201,14 +201,11 @@ class AlgorithmConfig(BaseModel):
 
 def lookup(registry, name: str):
     """What `name` names in the registry, or the one line saying why nothing usable does."""
-    from tasks.registry import PluginError
+    from tasks.registry import RegistryError
 
     try:
-        return registry.get(name)
-    except KeyError as e:
-        raise NestedFieldError("name", name, e.args[0].replace(f"unknown {registry.kind} {name!r}",
-                                                               f"unknown {registry.kind}")) from None
-    except PluginError as e:
+        return registry.find(name)
+    except RegistryError as e:
         raise NestedFieldError("name", name, str(e)) from None
 
 

@@ -379,16 +379,14 @@ def main(args) -> int:
     from orchestrator.commands.common import check_output_file
     from orchestrator.config import ConfigError, load_config
     from tasks.algorithms import ALGORITHMS
-    from tasks.registry import PluginError
+    from tasks.registry import RegistryError
 
     base = load_config(args.config, args.overrides)
     names = every_method() if args.all_algorithms else parse_list(args.algorithms) or [base.algorithm.name]
     for name in names:
         try:
-            ALGORITHMS.get(name)
-        except KeyError as e:
-            raise ConfigError(f"--algorithms: {e.args[0]}") from None
-        except PluginError as e:
+            ALGORITHMS.find(name)
+        except RegistryError as e:
             raise ConfigError(f"--algorithms: {name}: {e}") from None
     try:
         seeds = parse_list(args.seeds, int) or [base.seed]

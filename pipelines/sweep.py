@@ -125,13 +125,13 @@ def search_space(config: SweepConfig, base: ExperimentConfig, source: str) -> di
 def block_names(algorithms: list[str]) -> set[str]:
     """The hyperparameter block of each algorithm that exists (`algorithm.name`'s own check reports the others)."""
     from tasks.algorithms import ALGORITHMS
-    from tasks.registry import PluginError
+    from tasks.registry import RegistryError
 
     names = set()
     for name in algorithms:
         try:
-            names.add(ALGORITHMS.get(name).name)
-        except (KeyError, PluginError):
+            names.add(ALGORITHMS.find(name).name)
+        except RegistryError:
             pass
     return names
 

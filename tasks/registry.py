@@ -23,6 +23,10 @@ class PluginError(ValueError):
     said in one line without the reference, which the caller names."""
 
 
+class RegistryError(ValueError):
+    """What a config names is not usable, in one line: an unknown name (with what is allowed) or a bad reference."""
+
+
 def is_reference(name: str) -> bool:
     return ":" in name
 
@@ -71,6 +75,15 @@ class Registry(Generic[T]):
         if name not in self._resolved:
             self._resolved[name] = self._resolve(name)
         return self._resolved[name]
+
+    def find(self, name: str) -> T:
+        """`get`, with every way it can fail as one RegistryError line (without the name, which the caller states)."""
+        try:
+            return self.get(name)
+        except KeyError:
+            raise RegistryError(f"unknown {self.kind}; allowed: {', '.join(self.names())}, or module:attribute") from None
+        except PluginError as e:
+            raise RegistryError(str(e)) from None
 
     def _resolve(self, name: str) -> T:
         if is_reference(name):

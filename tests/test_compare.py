@@ -117,6 +117,17 @@ def test_a_variant_or_seed_given_twice_is_refused_in_one_line(capsys, option, va
                                               "each once"]  # before Ray: the address is never tried
 
 
+@pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: fedavg, "),
+                                           ("no_such_lab.method:MyProx", "cannot import no_such_lab.method")])
+def test_an_algorithm_that_names_nothing_usable_is_refused_in_one_line(capsys, name, problem):
+    from orchestrator.cli import main
+
+    assert main(["compare", "configs/default.yaml", "--algorithms", f"fedavg,{name}", "--address", "127.0.0.1:1"]) == 2
+    out, err = capsys.readouterr()
+    [line] = err.splitlines()
+    assert out == "" and line.startswith(f"error: --algorithms: {name}: {problem}")  # before Ray
+
+
 def test_an_output_json_that_is_a_directory_is_refused_before_the_comparison(capsys, tmp_path):
     from orchestrator.cli import main
 

@@ -3,7 +3,7 @@
 Every variant of a seed runs on exactly the same partition (the partition depends only on the data spec
 and the seed). Runs go to Ray as tasks, as many at a time as the CPUs hold, each with its own coordinator
 and client actors, each an MLflow run nested under one parent run. The table (CSV and Parquet), every
-history (JSON) and a PNG of accuracy by round are saved and logged to the parent run.
+history (JSON), a PNG of accuracy by round and a shareable report.html are saved and logged to the parent run.
 """
 from __future__ import annotations
 
@@ -402,6 +402,6 @@ def main(args) -> int:
     print(format_table(table))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(table, indent=1))
-    print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png"
+    print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
     return 0

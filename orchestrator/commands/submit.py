@@ -104,7 +104,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
     """The config file ARGS name, the experiment configs the job will run (with the --set overrides), and for
     a sweep its Optuna storage as given (None: the default SQLite file)."""
     if pipeline == "sweep":
-        from pipelines.sweep import load_sweep
+        from pipelines.sweep_file import load_sweep
 
         sweep = load_sweep(parsed.sweep, overrides=parsed.overrides)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage

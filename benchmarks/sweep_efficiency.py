@@ -69,7 +69,9 @@ def cost_curve(study) -> list[tuple[float, int]]:
 
 def measure(rounds: int = 8, clients: int = 5, tpe_trials: int = 16, parallel: int | None = None,
             address: str | None = None, seed: int = 0, echo=None) -> dict:
-    from pipelines.sweep import load_sweep, quiet_optuna, run_sweep
+    from pipelines.sweep import run_sweep
+    from pipelines.sweep_file import load_sweep
+    from pipelines.sweep_optuna import quiet_optuna
 
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     algorithm = pick_algorithm()

@@ -160,7 +160,7 @@ class CoordinatorActor:
         if snapshot is not None:
             self.server.restore(snapshot)
         self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
-        self.costs = None if self.server.algorithm.keeps_client_state else client_costs(data, self.cfg.train)
+        self.costs = None if self.server.algorithm.capabilities().keeps_client_state else client_costs(data, self.cfg.train)
         # the first draw imports NumPy's random machinery (9 ms): here, while the client actors load
         sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
         self._await_actors(self.cfg.resources.actor_start_timeout)
@@ -325,7 +325,7 @@ class CoordinatorActor:
         until = self.server.round
         since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
         # a method without client state writes no state files: nothing to ask the actors
-        changed = self._changed_states(since, until) if self.server.algorithm.keeps_client_state else {}
+        changed = self._changed_states(since, until) if self.server.algorithm.capabilities().keeps_client_state else {}
         written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
         self.last_checkpoint = until
         return written

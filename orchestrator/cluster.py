@@ -177,13 +177,11 @@ def first_line(text: object) -> str:
 
 
 # ------------------------------------------------------------------------------------ what a job runs
-def project_root() -> Path:
-    """The checkout the CLI runs from: it becomes the job's working directory."""
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "pyproject.toml").is_file():
-        raise failure(f"mooring submit needs a checkout of the project (found the package in {root}); "
-                      "run it from one, installed with `pip install -e .`")
-    return root
+def job_directory() -> Path:
+    """The directory `mooring submit` runs from: it becomes the job's working directory. Mooring's checkout (its
+    code travels with the job), or a project of the user's own, whose packages (a method, a model, a dataset
+    named by `module:attribute`) and configs travel with the job, run by the Mooring installed on the nodes."""
+    return Path.cwd().resolve()
 
 
 def shell_word(arg: str) -> str:
@@ -202,18 +200,12 @@ def runtime_env(root: Path) -> dict[str, Any]:
     return {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONUNBUFFERED": "1"}}
 
 
-def check_working_directory(root: Path) -> None:
-    if Path.cwd().resolve() != root:
-        raise failure(f"run mooring submit from the project directory {root}: it becomes the job's working "
-                      "directory, and config paths must mean the same there")
-
-
 def check_config_path(path: str) -> None:
-    """A config file named in the job's arguments must be in the uploaded project, under the same name."""
+    """A config file named in the job's arguments must be in the uploaded directory, under the same name."""
     p = Path(path)
     if p.is_absolute() or ".." in p.parts:
-        raise failure(f"{path}: give the config as a path inside the project, for example configs/default.yaml; "
-                      "the job sees only the uploaded project")
+        raise failure(f"{path}: give the config as a path inside the directory you submit from, for example "
+                      "configs/default.yaml; the job sees only that directory, uploaded")
 
 
 # ------------------------------------------------------------------------------- paths only one node sees
@@ -274,8 +266,8 @@ def anchored(url: str, root: Path) -> str:
 
 def anchor_local_paths(pipeline: str, parsed, configs: list, storage: str | None, root: Path) -> list[str]:
     """--allow-local-paths (a single-node cluster, submitted from the head node): the job's relative local
-    paths pointed at this checkout instead of Ray's temporary copy of it, where nobody would find them. The
-    arguments to append to the job's own (later values win)."""
+    paths pointed at the submitted directory instead of Ray's temporary copy of it, where nobody would find them.
+    The arguments to append to the job's own (later values win)."""
     cfg, extra = configs[0], []
     if cfg.tracking.enabled and tracking_problem(cfg):
         extra.append(f"tracking.uri={anchored(cfg.tracking.uri or 'sqlite:///mlflow.db', root)}")

@@ -61,7 +61,8 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 # ---------------------------------------------------------------------------------------------- data
 class PartitionConfig(Strict):
-    kind: Literal["iid", "dirichlet", "dirichlet_equal", "shards"] = "dirichlet"
+    kind: str = Field("dirichlet", description="iid, dirichlet, dirichlet_equal, shards, or a split of one's own: "
+                      "module:function or an installed entry point (mooring.partitions; docs/design.md)")
     alpha: float = Field(0.1, gt=0, description="Dirichlet concentration (smaller = more skew)")
     min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
     cap: bool = Field(False, description="cap each client at N/K samples (docs/methods/fednh.md §7, docs/methods/fedsa.md §6)")
@@ -72,6 +73,15 @@ class PartitionConfig(Strict):
     repair: bool = Field(False, description="Dirichlet: when no draw meets min_size, move samples from the largest "
                          "clients to those below it, chosen from the seed (for federations where redraws cannot "
                          "succeed; tops up sizes only, not min_classes); the summary reports draws and samples moved")
+
+    @field_validator("kind")
+    @classmethod
+    def known_kind(cls, v: str) -> str:
+        from tasks.data.partition_kinds import BUILT_IN_KINDS, PARTITIONS
+
+        if v not in BUILT_IN_KINDS:
+            PARTITIONS.find(v)  # an unknown name or a bad reference: one RegistryError line
+        return v
 
 
 class DomainConfig(Strict):

@@ -98,7 +98,7 @@ class ClientHost:
         copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
         1,000 copies)."""
         data = to_device(self.federated.client_data(cid), self.device)
-        if self.algorithm.personalized:
+        if self.algorithm.capabilities().personalized:
             if data.domain not in self.global_tests:
                 self.global_tests[data.domain] = to_device(self.federated.global_test(data.domain), self.device)
             data.global_x_test, data.global_y_test = self.global_tests[data.domain]
@@ -113,7 +113,7 @@ class ClientHost:
     def _data(self, cid: int):
         if cid in self.hosted:
             return self._cached(self.shards, cid, self.shards_kept)
-        if self.algorithm.keeps_client_state:
+        if self.algorithm.capabilities().keeps_client_state:
             raise KeyError(f"client {cid} is not hosted here and {self.algorithm.name} keeps client state")
         # at most as much guest data as own data
         return self._cached(self.guests, cid, max(1, min(len(self.hosted), self.shards_kept or len(self.hosted))))
@@ -141,7 +141,7 @@ class ClientHost:
         """A method without client state is given back the state it started from (an empty one): nothing to write,
         so 100,000 clients of FedAvg leave no file each behind. One that returns a state all the same has it
         refused, not dropped."""
-        if not self.algorithm.keeps_client_state:
+        if not self.algorithm.capabilities().keeps_client_state:
             if state:
                 raise UndeclaredClientState(
                     f"{self.algorithm.name} returned a client state ({', '.join(map(str, state))}) but declares "
@@ -226,8 +226,8 @@ class ClientHost:
     def _sums_stacked(self) -> bool:
         """Whether a partial sum can be taken straight from the stacked trained models: the method sends its
         trained model as it is (FedAvg's client_result) and keeps no client state."""
-        kind = type(self.algorithm)
-        return kind.client_result is Algorithm.client_result and not self.algorithm.keeps_client_state
+        capabilities = self.algorithm.capabilities()
+        return capabilities.uploads_trained_model and not capabilities.keeps_client_state
 
     @staticmethod
     def _summed_batch(group: list[tuple[int, ClientRound]], batch) -> tuple[PartialSum, dict[int, ClientUpdate]]:
@@ -395,9 +395,8 @@ def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Ten
 def sums_updates(algorithm: Algorithm, cfg) -> bool:
     """Whether this run's actors return partial sums: asked for, and the method's aggregation and round
     metrics are FedAvg's (a weighted mean of the client models, nothing else read from them)."""
-    kind = type(algorithm)
-    return (cfg.resources.partial_sums and algorithm.has_global_model
-            and kind.aggregate is Algorithm.aggregate and kind.round_metrics is Algorithm.round_metrics)
+    capabilities = algorithm.capabilities()
+    return cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
 
 
 def accuracies_on_test_sets(algorithm: Algorithm, state: State,
@@ -476,7 +475,7 @@ class Server:
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
         self.bytes_total = 0
-        self.set_up = not self.algorithm.needs_setup()
+        self.set_up = not self.algorithm.capabilities().setup_exchange
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
@@ -504,7 +503,7 @@ class Server:
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
             payload = self.algorithm.payload(self.state, t)
         cids, failed, pre_bytes = sampled, [], 0
-        if self.algorithm.exchanges_before_round():
+        if self.algorithm.capabilities().pre_round_exchange:
             with phase("round: pre-round exchange"):
                 contributions, failed = call("pre_round", payload, sampled, t)
                 cids = sorted(contributions)  # a client that failed here sits this round out
@@ -563,7 +562,7 @@ class Server:
             if len(accs) > 1:
                 out["accuracy_worst"] = min(accs.values())
                 out.update({f"accuracy_{k}": v for k, v in accs.items()})
-        if self.algorithm.personalized and call is not None:
+        if self.algorithm.capabilities().personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
             per_client, _ = call("evaluate", payload, self.eval_clients, self.round)
             out.update(personalized_summary(per_client))

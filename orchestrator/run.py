@@ -200,7 +200,7 @@ def evaluated_clients(cfg: ExperimentConfig) -> str | None:
     from orchestrator.federation import personalized_eval_clients
     from tasks.algorithms import ALGORITHMS
 
-    if not ALGORITHMS.get(cfg.algorithm.name).personalized:
+    if not ALGORITHMS.get(cfg.algorithm.name).capabilities().personalized:
         return None
     ids = personalized_eval_clients(cfg.seed, cfg.data.num_clients, cfg.eval.personalized_clients)
     return "all" if len(ids) == cfg.data.num_clients else ",".join(map(str, ids))

@@ -33,7 +33,7 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
 def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) -> Path:
     """report.html of a sweep: the best trial, Optuna's plots and every trial with its parameters, its state
     (with the reason of a pruned or failed one) and its MLflow run."""
-    from pipelines.sweep import best_trial
+    from pipelines.sweep_optuna import best_trial
 
     best = best_trial(study)
     parts: list[report.Part] = []

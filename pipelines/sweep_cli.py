@@ -27,7 +27,9 @@ def configure(parser) -> None:
 
 def main(args) -> int:
     from orchestrator.config import ConfigError
-    from pipelines.sweep import format_params, load_best, load_sweep, pct, print_result, run_sweep
+    from pipelines.sweep import load_best, print_result, run_sweep
+    from pipelines.sweep_driver import format_params, pct
+    from pipelines.sweep_file import load_sweep
 
     for flag, value in (("--n-trials", args.n_trials), ("--parallel", args.parallel)):
         if value is not None and value < 1:

@@ -40,7 +40,7 @@ def import_reference(reference: str) -> object:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
+    except (ImportError, TypeError) as e:  # TypeError: a relative name (".x") outside a package
         raise PluginError(f"cannot import {module_name} ({e})") from None
     obj = module
     for part in attribute.split("."):
@@ -53,8 +53,12 @@ def import_reference(reference: str) -> object:
 class Registry(Generic[T]):
     """`check(obj)` says why an object is not one of this registry's kind (None: it is)."""
 
-    def __init__(self, kind: str, group: str, check: Callable[[object], str | None] = lambda obj: None):
+    def __init__(self, kind: str, group: str, check: Callable[[object], str | None] = lambda obj: None,
+                 reserved: tuple[str, ...] = ()):
         self.kind, self.group, self.check = kind, group, check
+        # built-in names whose objects live elsewhere (the partition kinds the partitioner runs itself): listed
+        # and not to be taken by an entry point, but never returned by `get`
+        self.reserved = reserved
         self._entries: dict[str, T] = {}
         self._resolved: dict[str, T] = {}  # references and entry-point names, once imported and checked
 
@@ -108,7 +112,7 @@ class Registry(Generic[T]):
         theirs to take)."""
         found = {ep.name: ep.value for ep in entry_points(group=self.group)}
         for name in found:
-            if name in self._entries:
+            if name in self._entries or name in self.reserved:
                 raise PluginError(f"entry point {name} = {found[name]} ({self.group}): {name!r} is a built-in "
                                   f"{self.kind}'s name; give it another")
         return found
@@ -118,7 +122,7 @@ class Registry(Generic[T]):
         return list(self._resolved.values())
 
     def names(self) -> list[str]:
-        return sorted(self._entries) + sorted(self.installed())
+        return sorted([*self._entries, *self.reserved]) + sorted(self.installed())
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -11,7 +11,7 @@ from orchestrator.datasets import prepare_data
 from orchestrator.federation import run_in_process
 from tasks.algorithms import ALGORITHMS
 
-STATEFUL = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).keeps_client_state]
+STATEFUL = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).capabilities().keeps_client_state]
 # 5 clients, 3 of them a round: over 2 rounds some client is never sampled
 TINY = ["data.num_clients=5", "train.clients_per_round=3", "train.rounds=2", "train.local_epochs=1",
         "train.batch_size=16", "algorithm.fedfm_lite.warmup_rounds=0", "algorithm.fedavg_periodic.period=2"]

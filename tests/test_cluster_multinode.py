@@ -1,6 +1,7 @@
 """`mooring submit` against a real two-node Ray cluster on this machine (tests/cluster_fixture.py), with a real
-MLflow tracking server: the Jobs API path end to end, token authentication, actor placement over nodes with
-fractional (declared) GPUs, and a run that loses a node mid-way.
+MLflow tracking server: the Jobs API path end to end, token authentication, a method, model and dataset of the
+user's own submitted from their project, actor placement over nodes with fractional (declared) GPUs, and a run
+that loses a node mid-way.
 
 The head declares 4 CPUs and 2 GPUs, the second node 1 CPU and 1 GPU. A "blocker" job holds 3 CPUs and 1 GPU
 of the head (through a resource only the head has), so 2 actors of 1 CPU and 0.5 GPU can only go one on each
@@ -23,6 +24,7 @@ from orchestrator.cluster import JobsAPI
 from orchestrator.run import RunError
 from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, wait_until
 from tests.conftest import postgres_reachable
+from tests.outside_lab import MY_PROX, write_lab
 
 pytestmark = pytest.mark.cluster
 
@@ -30,7 +32,7 @@ ACTORS = ["resources.num_actors=2", "resources.cpus_per_actor=1", "resources.gpu
 SMALL_RUN = ["train.local_epochs=1"]
 JOB_TIMEOUT = 300  # s: a stuck job fails the test instead of hanging it
 # what `mooring run` prints at the end (orchestrator/commands/run.py, print_summary)
-RUN_SUMMARY = re.compile(r"fedavg \(seed 0\), 2 rounds in [0-9.]+ s\n  global model: +final [0-9.]+ %")
+RUN_SUMMARY = re.compile(re.escape(MY_PROX) + r" \(seed 0\), 2 rounds in [0-9.]+ s\n  global model: +final [0-9.]+ %")
 REFUSED = "the Ray cluster at {url} refused the request: authentication token missing or wrong; " \
           "set RAY_AUTH_TOKEN or --token-file"
 
@@ -64,16 +66,16 @@ def blocker(cluster) -> str:
     return job_id
 
 
-def submit(cluster: LocalCluster, *args: str, home: Path | None = None):
-    """`mooring submit --address ... ARGS` as a user runs it: with the token in RAY_AUTH_TOKEN, or with none
-    at all when given a `home` (no ~/.ray/auth_token to fall back on)."""
+def submit(cluster: LocalCluster, *args: str, home: Path | None = None, cwd: Path = ROOT):
+    """`mooring submit --address ... ARGS` as a user runs it, from `cwd` (the directory the job gets): with the
+    token in RAY_AUTH_TOKEN, or with none at all when given a `home` (no ~/.ray/auth_token to fall back on)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     if home is None:
         env["RAY_AUTH_TOKEN"] = cluster.token
     else:
         env["HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", "submit", "--address", cluster.url, *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT)
 
 
 def run_args(tmp_path: Path, *overrides: str) -> list[str]:
@@ -109,18 +111,21 @@ def test_a_wrong_token_is_refused_and_the_right_one_accepted(cluster, tmp_path, 
 # ---------------------------------------------------------------------------------- a submitted run
 @pytest.fixture(scope="module")
 def submitted_run(cluster, blocker, mlflow_server, tmp_path_factory):
-    """One short run submitted with --follow: 2 actors of 0.5 GPU, metrics to the MLflow server."""
-    tmp = tmp_path_factory.mktemp("submitted")
-    result = submit(cluster, "--follow", "--", *run_args(
-        tmp, *ACTORS, *SMALL_RUN, "train.rounds=2", f"tracking.uri={mlflow_server.url}",
-        "tracking.experiment=cluster-submit"))
-    return result, tmp
+    """One short run submitted with --follow from a project of the user's own (a temporary directory, not
+    Mooring's checkout): its package my_lab (a FedProx-like method, a model and a dataset, tests/outside_lab.py)
+    travels as the job's working directory and the nodes run the Mooring installed on them. 2 actors of 0.5 GPU,
+    metrics to the MLflow server. The result, the project and the run's --set values."""
+    lab = write_lab(tmp_path_factory.mktemp("submitted"))
+    sets = [*ACTORS, *SMALL_RUN, "train.rounds=2", f"tracking.uri={mlflow_server.url}",
+            "tracking.experiment=cluster-submit"]
+    result = submit(cluster, "--follow", "--", "run", "lab.yaml", *(a for s in sets for a in ("--set", s)), cwd=lab)
+    return result, lab, sets
 
 
 def test_submitted_run_succeeds_and_its_results_are_on_the_tracking_server(submitted_run, mlflow_server):
     from mlflow.tracking import MlflowClient
 
-    result, tmp = submitted_run
+    result, tmp, _ = submitted_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     job_id = result.stdout.splitlines()[0]
     assert job_id.startswith("raysubmit_")
@@ -131,7 +136,7 @@ def test_submitted_run_succeeds_and_its_results_are_on_the_tracking_server(submi
     experiment = client.get_experiment_by_name("cluster-submit")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
-    assert run.data.tags["algorithm"] == "fedavg"
+    assert run.data.tags["algorithm"] == MY_PROX
     assert run.data.tags["seed"] == "0"
     assert run.data.tags["run_dir"] == str(run_dir(tmp))
     for metric in ("accuracy", "train_loss", "bytes_total"):
@@ -139,6 +144,24 @@ def test_submitted_run_succeeds_and_its_results_are_on_the_tracking_server(submi
     local = json.loads((run_dir(tmp) / "result.json").read_text())
     assert local["mlflow_run_id"] == run.info.run_id
     assert run.data.metrics["accuracy"] == pytest.approx(local["history"][-1]["accuracy"])
+
+
+def test_the_outside_method_ran_on_the_cluster_as_in_one_process(submitted_run, monkeypatch):
+    """The user's method, model and dataset, imported by the job's driver and client actors from the uploaded
+    project, give the history the same run has in one process."""
+    from orchestrator.config import load_config
+    from orchestrator.datasets import prepare_data
+    from orchestrator.federation import run_in_process
+
+    result, lab, sets = submitted_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert run_dir(lab).name.startswith("lab-my_prox-s0-")  # the outside method's own name
+    history = json.loads((run_dir(lab) / "result.json").read_text())["history"]
+    monkeypatch.chdir(lab)
+    monkeypatch.syspath_prepend(str(lab))
+    cfg = load_config("lab.yaml", [s for s in sets if not s.startswith("tracking.")] + ["tracking.enabled=false"])
+    assert [m["round"] for m in history] == [1, 2]
+    assert history == run_in_process(cfg, prepare_data(cfg))
 
 
 def test_jobs_lists_shows_and_prints_the_logs_of_the_submitted_job(submitted_run, cluster, monkeypatch, capsys):
@@ -156,14 +179,14 @@ def test_jobs_lists_shows_and_prints_the_logs_of_the_submitted_job(submitted_run
 
 
 def test_actors_spread_over_both_nodes_with_the_gpu_share_they_asked_for(submitted_run, cluster):
-    _, tmp = submitted_run
+    _, tmp, _ = submitted_run
     actors = json.loads((run_dir(tmp) / "actors.json").read_text())
     assert sorted(a["node_id"] for a in actors) == sorted(n.node_id for n in cluster.nodes)
     for actor in actors:
         assert actor["assigned"] == {"CPU": 1.0, "GPU": 0.5}
         assert len(actor["gpu_ids"]) == 1  # a share of one GPU
         assert actor["device"] == "cpu"  # declared GPUs only: no CUDA here
-    assert sorted(c for a in actors for c in a["clients"]) == list(range(10))
+    assert sorted(c for a in actors for c in a["clients"]) == list(range(4))
 
 
 # ------------------------------------------------------------------------------------ losing a node

@@ -27,7 +27,7 @@ kind, urls = sys.argv[1], sys.argv[2:]
 from mlflow.tracking import MlflowClient
 import optuna
 from orchestrator.tracking import Tracker
-from pipelines.sweep import open_storage
+from pipelines.sweep_optuna import open_storage
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 def open_store(url):

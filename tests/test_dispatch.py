@@ -43,7 +43,7 @@ def test_client_costs_count_optimizer_steps(workdir):
     assert client_costs(data, steps.train) == [7.0] * 4
 
 
-STATELESS = sorted(n for n in ALGORITHMS.names() if not ALGORITHMS.get(n).keeps_client_state)
+STATELESS = sorted(n for n in ALGORITHMS.names() if not ALGORITHMS.get(n).capabilities().keeps_client_state)
 
 
 def test_the_baselines_and_the_anchor_methods_are_balanced():

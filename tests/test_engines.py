@@ -22,7 +22,7 @@ RTOL = 1e-5
 
 # every registered method, so a new one is checked on both engines without being listed here: at its defaults,
 # each trains vectorised unless its class states why it cannot
-VECTORIZED = [name for name in ALGORITHMS.names() if not ALGORITHMS.get(name).not_vectorized]
+VECTORIZED = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).capabilities().vectorizable]
 FALLBACK = [name for name in ALGORITHMS.names() if name not in VECTORIZED]
 
 

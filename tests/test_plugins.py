@@ -13,84 +13,21 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from orchestrator.config import ConfigError, load_config
+from tests.outside_lab import DESIGN, METHOD, MY_PROX, lab_config, write_lab
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# the whole method file a researcher writes (FedProx, outside Mooring): the example of docs/design.md's
-# "Adding a method", so the documented code is the tested code
-DESIGN = Path(__file__).resolve().parents[1] / "docs" / "design.md"
-METHOD = re.search(r"## Adding a method.*?```python\n(.*?)```", DESIGN.read_text(), re.S).group(1)
-
-PARTS = '''
-"""A model and a dataset of the lab's own."""
-import math
-
-import numpy as np
-from torch import nn
-
-from tasks.data.datasets import ArrayDataset, stratified_split
-from tasks.models.base import FLModel, ModelEntry, ModelParams
-
-
-class WideParams(ModelParams):
-    width: int = 48
-
-
-class Wide(FLModel):
-    def __init__(self, input_shape, num_classes, params):
-        super().__init__()
-        self.body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), params.width), nn.ReLU())
-        self.feature_dim, self.num_classes = params.width, num_classes
-        self.classifier = nn.Linear(params.width, num_classes)
-
-    def features(self, x):
-        return self.body(x)
-
-
-wide = ModelEntry(Wide, WideParams)
-
-
-def low_digits(opts):
-    """The digits 0 to 4 only."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    keep = digits.target < 5
-    x = (digits.images[keep] / 16.0).astype(np.float32)[:, None]
-    y = digits.target[keep].astype(np.int64)
-    train, test = stratified_split(y, opts.test_fraction, opts.split_seed)
-    return ArrayDataset("low_digits", x[train], y[train], x[test], y[test], 5)
-'''
-
-MY_PROX = "my_lab.method:MyProx"
-
-
-def lab_config(tmp: Path, algorithm: str = MY_PROX, **algorithm_blocks) -> dict:
-    return {"name": "lab", "seed": 0,
-            "data": {"dataset": "my_lab.parts:low_digits", "num_clients": 4, "partitions_dir": str(tmp / "p"),
-                     "partition": {"kind": "dirichlet", "alpha": 0.5, "min_size": 10}},
-            "model": {"name": "my_lab.parts:wide", "width": 32},
-            "algorithm": {"name": algorithm, **algorithm_blocks},
-            "train": {"rounds": 3, "optimizer": {"name": "sgd", "lr": 0.1}, "engine": "sequential"},
-            "checkpoint": {"dir": str(tmp / "runs"), "every": 0},
-            "tracking": {"uri": f"sqlite:///{tmp / 'mlflow.db'}"}}
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A researcher's project directory: the package my_lab (a method, a model, a dataset) and a config naming them.
     Importable because it is the working directory, as `mooring` is run from it (the tests chdir there)."""
-    root = tmp_path_factory.mktemp("lab")
-    (root / "my_lab").mkdir()
-    (root / "my_lab" / "__init__.py").write_text("")
-    (root / "my_lab" / "method.py").write_text(METHOD.lstrip())
-    (root / "my_lab" / "parts.py").write_text(PARTS.lstrip())
-    (root / "lab.yaml").write_text(yaml.safe_dump(lab_config(root, my_prox={"mu": 0.5}), sort_keys=False))
-    return root
+    return write_lab(tmp_path_factory.mktemp("lab"))
 
 
 @contextlib.contextmanager
@@ -206,6 +143,7 @@ def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_
 
         class Forgetful(MyProx):
             name = "forgetful"
+            keeps_client_state = False
 
             def client_result(self, trained, train_loss, payload, data, client_state, ctx):
                 update, _ = super().client_result(trained, train_loss, payload, data, client_state, ctx)
@@ -246,3 +184,102 @@ def test_a_new_method_s_name_is_checked_in_one_line(tmp_path, capsys, name, prob
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: mooring new method ") and line.endswith(problem)
     assert not any(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------------- partition kinds
+# docs/design.md's example of a partition kind, as it stands, then functions whose results are refused
+SPLITS = '''
+"""Partition kinds of the lab's own (tasks/data/partition_kinds.py: a SplitRequest in, one index array per client out)."""
+import numpy as np
+
+from tasks.data.partition_kinds import SplitRequest
+
+
+''' + re.search(r"```python\n(def by_parity.*?)```", DESIGN.read_text(), re.S).group(1) + '''
+
+def too_few(request):
+    return [request.indices]
+
+
+def twice(request):
+    return [request.indices, request.indices[-1:]] + [[] for _ in range(request.num_clients - 2)]
+
+
+def stranger(request):
+    return [np.array([len(request.labels)])] + [[] for _ in range(request.num_clients - 1)]
+
+
+def halves(request):
+    return [request.indices / 2] + [[] for _ in range(request.num_clients - 1)]
+
+
+NOT_A_FUNCTION = 3
+'''
+PARITY = "my_lab.splits:by_parity"
+
+
+@pytest.fixture(scope="module")
+def splits(lab):
+    (lab / "my_lab" / "splits.py").write_text(SPLITS.lstrip())
+    return lab
+
+
+def test_a_partition_kind_of_one_s_own_splits_stores_and_shows_like_a_built_in(splits, capsys):
+    from orchestrator import cli
+    from orchestrator.datasets import partition_key, prepare_data
+
+    with working_directory(splits):
+        cfg = load_config("lab.yaml", [f"data.partition.kind={PARITY}"])
+        data = prepare_data(cfg)
+        again = prepare_data(cfg)  # read back from its Parquet file
+        assert cli.main(["data", "show", "lab.yaml", "--set", f"data.partition.kind={PARITY}"]) == 0
+    y = data.dataset.y_train
+    for c in range(4):  # every sample of labels ≡ c (mod 4), train and own test split together
+        held = np.sort(np.concatenate([data.partition.train[c], data.partition.test[c]]))
+        assert held.tolist() == np.flatnonzero(y % 4 == c).tolist(), c
+    assert again.partition_hash == data.partition_hash and again.partition.train[1].tolist() == \
+        data.partition.train[1].tolist()
+    assert (splits / "p" / f"partition-{partition_key(cfg)}.parquet").is_file()
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["1"]]
+    counts = [int(v) for v in rows[0][4:]]  # client 1: labels 1 only
+    assert counts[1] == len(data.partition.train[1]) and sum(counts) == counts[1]
+
+
+@pytest.mark.parametrize("function, problem", [
+    ("too_few", "returned 1 clients' samples for 4 clients"),
+    ("twice", "is given to more than one client (or twice to one)"),
+    ("stranger", "is not among the"),
+    ("halves", "client 0's samples are not a 1-D array of integer indices"),
+])
+def test_what_a_partition_function_returns_is_checked_in_one_line(splits, function, problem):
+    from tasks.data.partition import PartitionError, make_partition
+
+    with working_directory(splits):
+        cfg = load_config("lab.yaml", [f"data.partition.kind=my_lab.splits:{function}"])
+    y = np.arange(40) % 5
+    with pytest.raises(PartitionError) as e:
+        make_partition(y, cfg.data, cfg.seed)
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"data.partition.kind = 'my_lab.splits:{function}': ") and problem in line, line
+
+
+def test_a_partition_kind_comes_by_entry_point_and_may_not_take_a_built_in_s_name(splits, tmp_path, monkeypatch):
+    dist = tmp_path / "my_lab_splits-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lab-splits\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[mooring.partitions]\nparity = {PARITY}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tasks.data.partition import make_partition
+
+    with working_directory(splits):
+        cfg = load_config("lab.yaml", ["data.partition.kind=parity", "data.client_test_fraction=0"])
+        partition = make_partition(np.arange(40) % 5, cfg.data, cfg.seed)
+        with pytest.raises(ConfigError) as e:
+            load_config("lab.yaml", ["data.partition.kind=my_lab.splits:NOT_A_FUNCTION"])
+    assert [t.tolist() for t in partition.train] == [[i for i in range(40) if i % 5 % 4 == c] for c in range(4)]
+    assert str(e.value).endswith("'my_lab.splits:NOT_A_FUNCTION': not a function (a partition kind is a function "
+                                 "(SplitRequest) -> one index array per client)")
+    (dist / "entry_points.txt").write_text(f"[mooring.partitions]\niid = {PARITY}\n")
+    with working_directory(splits), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", ["data.partition.kind=another"])
+    assert f"entry point iid = {PARITY} (mooring.partitions): 'iid' is a built-in partition kind's name" in str(e.value)

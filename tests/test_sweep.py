@@ -265,7 +265,7 @@ def test_bad_sweep_files_fail_in_one_line_with_exit_2(tmp_path, change, message)
 
 
 def test_storage_passwords_are_never_shown():
-    from pipelines.sweep import redacted
+    from pipelines.sweep_file import redacted
 
     assert redacted("postgresql+psycopg2://me:s3cret@db:5432/optuna") == "postgresql+psycopg2://me:***@db:5432/optuna"
 
@@ -282,7 +282,7 @@ SWEEPS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_shipped_sweep_files_load(path):
-    from pipelines.sweep import load_sweep
+    from pipelines.sweep_file import load_sweep
     from tasks.algorithms import ALGORITHMS
 
     named = yaml.safe_load(path.read_text()).get("algorithm")
@@ -295,7 +295,7 @@ def test_shipped_sweep_files_load(path):
 
 
 def test_algorithm_shortcut_searches_its_default_ranges_and_grids_are_counted(tmp_path):
-    from pipelines.sweep import load_sweep
+    from pipelines.sweep_file import load_sweep
 
     path = write_sweep(tmp_path, "sqlite:///unused.db", "grid", algorithm="fedprox",
                        params={"data.partition.alpha": {"type": "categorical", "choices": [0.1, 1.0]}},

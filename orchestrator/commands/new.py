@@ -18,7 +18,6 @@ class {cls}Params(HyperParams):
 
 class {cls}(Algorithm):
     name = "{name}"
-    keeps_client_state = False
     Params = {cls}Params
 
     def local_objective(self, payload, data, client_state, ctx):

@@ -1,12 +1,14 @@
 """`mooring submit [--address URL] [--follow | --no-wait] -- run|compare|sweep ARGS...`: a pipeline as a Ray job.
 
-The job runs `python -m orchestrator.cli PIPELINE ARGS` on the cluster's head node, with this checkout as its
-working directory (orchestrator.cluster.EXCLUDES left out). Before anything is sent, ARGS are parsed as the
-pipeline would parse them and the configs they name are loaded with their --set overrides: a tracking URI,
-checkpoint dir, partitions dir or sweep storage that is a relative local path would end up on the head node
-only, so it is refused unless --allow-local-paths, which points such paths at this checkout instead (on a
-single-node cluster it is on the head node: the job would otherwise write into Ray's temporary copy). By default the command waits for the job and exits 0 only
-if it succeeded; --follow also prints its logs; --no-wait returns after printing the job id.
+The job runs `python -m orchestrator.cli PIPELINE ARGS` on the cluster's head node, with the directory submit runs
+from as its working directory (orchestrator.cluster.EXCLUDES left out): Mooring's checkout, or a project of the
+user's own, whose packages travel with the job and run on the Mooring installed on the nodes. Before anything is
+sent, ARGS are parsed as the pipeline would parse them and the configs they name are loaded with their --set
+overrides: a tracking URI, checkpoint dir, partitions dir or sweep storage that is a relative local path would end
+up on the head node only, so it is refused unless --allow-local-paths, which points such paths at the submitted
+directory instead (on a single-node cluster it is on the head node: the job would otherwise write into Ray's
+temporary copy). By default the command waits for the job and exits 0 only if it succeeded; --follow also prints
+its logs; --no-wait returns after printing the job id.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def configure(parser) -> None:
     parser.add_argument("--allow-local-paths", action="store_true",
                         help="a single-node cluster, submitted from the head node: relative local paths for "
                              "tracking, checkpoints, partitions, compare's --out and sweep storage are made absolute "
-                             "under this checkout (not Ray's temporary copy of it) and printed at the end")
+                             "under the directory submitted from (not Ray's temporary copy of it) and printed at the end")
     parser.add_argument("--allow-literal-password", action="store_true",
                         help="accept a password written out in a tracking or storage URI (it shows in the job's "
                              "entrypoint on the dashboard); by default use the '$NAME' form")
@@ -41,8 +43,7 @@ def main(args) -> int:
 
     pipeline_args = args.args[1:] if args.args[:1] == ["--"] else list(args.args)
     parsed = parse_pipeline_args(args.pipeline, pipeline_args)
-    root = cluster.project_root()
-    cluster.check_working_directory(root)
+    root = cluster.job_directory()
     config_path, configs, storage = job_targets(args.pipeline, parsed)
     if config_path:
         cluster.check_config_path(config_path)
@@ -103,7 +104,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
     """The config file ARGS name, the experiment configs the job will run (with the --set overrides), and for
     a sweep its Optuna storage as given (None: the default SQLite file)."""
     if pipeline == "sweep":
-        from pipelines.sweep import load_sweep
+        from pipelines.sweep_file import load_sweep
 
         sweep = load_sweep(parsed.sweep, overrides=parsed.overrides)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage

@@ -13,7 +13,7 @@ from tasks.algorithms.base import (
 )
 from tasks.algorithms.registry import ALGORITHMS, register
 
-_NOT_ALGORITHMS = {"base", "engines", "registry"}
+_NOT_ALGORITHMS = {"base", "capabilities", "engines", "registry"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _NOT_ALGORITHMS and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
+from tasks.algorithms.capabilities import Capabilities, derive_capabilities
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 
@@ -260,15 +261,22 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[HyperParams]] = NoParams
-    personalized: ClassVar[bool] = False  # evaluates per-client state on the clients' own test splits
+    # Declarations the runtime reads only through `capabilities()` (tasks/algorithms/capabilities.py); None:
+    # derived from the hooks the method defines.
+    personalized: ClassVar[bool | None] = None  # evaluates clients' own models (derived: defines client_evaluate)
     has_global_model: ClassVar[bool] = True  # evaluated on the global test set
-    # A client's state persists between its rounds, so it always trains on the actor that holds it. Methods
-    # whose clients keep nothing say False: the coordinator then balances each round's clients over actors.
-    keeps_client_state: ClassVar[bool] = True
+    # a client's state persists between its rounds, so it trains on the actor that holds it (derived: defines
+    # init_client, client_result or client_update); False lets the coordinator balance a round's clients
+    keeps_client_state: ClassVar[bool | None] = None
     # why the vectorized engine cannot train this method ("" = it can); the README lists every reason
     not_vectorized: ClassVar[str] = ""
     # a variant kept for one paper's protocol (another evaluation, a sync period), left out of `--algorithms all`
     protocol_variant: ClassVar[bool] = False
+
+    @classmethod
+    def capabilities(cls) -> Capabilities:
+        """What the runtime may do with this method, from its declarations and the hooks it defines (computed once)."""
+        return derive_capabilities(cls, Algorithm)
 
     def __init__(self, params: HyperParams, setup: Setup):
         self.params = params
@@ -312,17 +320,14 @@ class Algorithm:
         return {**state, "model": weighted_average([u.tensors for u in updates], weights)}
 
     def global_model(self, state: State) -> FLModel | None:
-        return self.working_model(state["model"], key="eval") if self.has_global_model else None
+        return self.working_model(state["model"], key="eval") if self.capabilities().global_model else None
 
     def round_metrics(self, state: State, updates: list[ClientUpdate], round_idx: int) -> dict[str, float]:
         """Server-side diagnostics logged each round (anchor distances, classifier similarity, ...)."""
         return {}
 
     # one-off exchange before round 0 (FedDebias' shared pseudo-data): clients contribute, the server folds;
-    # it runs for a method that overrides server_setup
-    def needs_setup(self) -> bool:
-        return type(self).server_setup is not Algorithm.server_setup
-
+    # it runs for a method that defines server_setup
     def client_setup(self, data: ClientData, generator: torch.Generator) -> State:
         return {}
 
@@ -331,11 +336,8 @@ class Algorithm:
 
     # an exchange at the start of every round, before training, with the same clients (FedFM's anchors from
     # the broadcast model, eqs. 8-9): each client's contribution, then the server folds them into the state,
-    # and the round's payload is taken again from the new state; it runs for a method that overrides
+    # and the round's payload is taken again from the new state; it runs for a method that defines
     # server_pre_round
-    def exchanges_before_round(self) -> bool:
-        return type(self).server_pre_round is not Algorithm.server_pre_round
-
     def client_pre_round(self, payload: State, data: ClientData, client_state: State, ctx: RoundContext) -> State:
         return {}
 
@@ -391,11 +393,8 @@ class Algorithm:
         return {}
 
     def vectorized_refusal(self) -> str:
-        """Why the vectorized engine cannot train this method, or "" if it can."""
-        if self.not_vectorized:
-            return self.not_vectorized
-        if type(self).client_update is not Algorithm.client_update:
-            return f"{self.name} trains in its own client_update, not through local_loss"
+        """Why the vectorized engine cannot train this instance beyond what its class's capabilities say (a reason
+        that depends on its hyperparameters or its models: FedSA's per_sample, FedProto's family), or ""."""
         return ""
 
 

@@ -55,7 +55,8 @@ def model_refusal(model: nn.Module) -> str:
 
 def refusal(algorithm: Algorithm) -> str:
     """Why `algorithm` with its configured model cannot run on the vectorized engine, or ""."""
-    return algorithm.vectorized_refusal() or model_refusal(algorithm.working_model())
+    return (algorithm.capabilities().not_vectorized or algorithm.vectorized_refusal()
+            or model_refusal(algorithm.working_model()))
 
 
 def choose_engine(requested: str, algorithm: Algorithm) -> str:

@@ -234,9 +234,6 @@ class FedFA(Algorithm):
         """CE + μ·L_fa against the round's anchors (§2.2–2.3)."""
         return cross_entropy(logits, y, weight) + self.params.mu * anchor_loss(h, y, inputs["anchors"], weight)
 
-    def vectorized_refusal(self) -> str:
-        return ""  # client_update below is the sequential form of the same objective and side computations
-
     def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):
         """The sequential engine, with the anchor estimate fed every batch's features and the calibration after
         every step."""

@@ -122,7 +122,7 @@ class FedFM(Algorithm):
         if not updates:
             return {**state, "diagnostics": {}}
         new = {**state, "diagnostics": model_diagnostics(updates, state["model"])}
-        if not self.exchanges_before_round():
+        if not self.capabilities().pre_round_exchange:
             new["anchors"] = updated_anchors([u.stats for u in updates], state["anchors"])
         return average_sent_models(new, updates)
 
@@ -156,7 +156,7 @@ class FedFM(Algorithm):
 
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(trained, device=ctx.device)
-        stats = {} if self.exchanges_before_round() else class_stats(model, data, ctx.device)
+        stats = {} if self.capabilities().pre_round_exchange else class_stats(model, data, ctx.device)
         distance, norm = feature_anchor_distance(model, data.x, data.y, payload["anchors"])
         tensors = trained if self.uploads_model(ctx.round) else {}
         metrics = {"train_loss": train_loss, "feature_anchor_distance": distance, "feature_norm": norm}

@@ -16,6 +16,8 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 - rotation domains: `grouped` splits the training set into one equal part per angle and partitions each
   part over its clients (docs/methods/fedfa.md §11); `per_client` gives client i the angle i mod len(angles)
   (docs/methods/feddebias.md §10.1 step 4).
+- a kind of one's own: a `module:function` reference or an installed package's entry point
+  (tasks/data/partition_kinds.py), split like the built-in ones and checked before it is used.
 """
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tasks.data.partition_kinds import SplitRequest, outside_kind, split_outside
+
 
 class PartitionError(Exception):
-    pass
+    """A partition that cannot be made or read back, in one line."""
 
 
 @dataclass
@@ -258,6 +262,8 @@ def split_shards(idx: np.ndarray, y: np.ndarray, num_clients: int, classes_per_c
 
 def split_labels(idx: np.ndarray, y: np.ndarray, num_clients: int, cfg, rng: np.random.Generator,
                  tally: Tally) -> list[np.ndarray]:
+    if (outside := outside_kind(cfg.kind)) is not None:  # a kind of one's own (tasks/data/partition_kinds.py)
+        return split_outside(outside, SplitRequest(idx, y, num_clients, rng, cfg), cfg.kind)
     if cfg.kind == "iid":
         return split_iid(idx, num_clients, rng)
     if cfg.kind == "dirichlet":

@@ -1,0 +1,161 @@
+"""A sweep file made ready to run: its base experiment, its search space checked against the methods' ranges,
+and its storage URL (pipelines/sweep_config.py is the file's schema)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import storage
+from orchestrator.config import (
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    build_config,
+    read_yaml,
+    set_dotted,
+    with_overrides,
+)
+from pipelines.sweep_config import (
+    DEFAULT_STORAGE,
+    CategoricalParam,
+    GridSampler,
+    SweepConfig,
+    grid_size,
+    param_from_search_space,
+    read_sweep_config,
+)
+
+
+@dataclass
+class Sweep:
+    """A sweep file resolved against its base experiment: what every trial varies and where results go."""
+
+    source: str
+    config: SweepConfig
+    base: ExperimentConfig  # the experiment every trial starts from (overrides and `algorithm` applied)
+    space: dict[str, Any]  # dotted config path → FloatParam | IntParam | CategoricalParam
+    study_name: str
+    storage_url: str
+    n_trials: int
+    parallel: int | None
+
+    @property
+    def sweep_dir(self) -> str:
+        """Where trial run directories and the study's outputs go (absolute: Ray workers write there)."""
+        runs = self.base.checkpoint.dir
+        return storage.join(runs if "://" in runs else str(Path(runs).absolute()), "sweeps", self.study_name)
+
+
+def load_sweep(path: str | Path, *, n_trials: int | None = None, storage_url: str | None = None,
+               study: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+               parallel: int | None = None) -> Sweep:
+    """Read and check a sweep file: every parameter path must exist and its bounds must be valid values."""
+    source = str(path)
+    config = read_sweep_config(path)
+    base = base_experiment(config, Path(path), list(overrides))
+    space = search_space(config, base, source)
+    check_enqueued(config, base, space, source)
+    grid_points = config.sampler.points if isinstance(config.sampler, GridSampler) else 0
+    default_trials = grid_size(space, grid_points) if grid_points else 20
+    return Sweep(source=source, config=config, base=base, space=space,
+                 study_name=study or config.study or Path(path).stem,
+                 storage_url=absolute_storage_url(storage_url or config.storage or DEFAULT_STORAGE),
+                 n_trials=n_trials or config.n_trials or default_trials, parallel=parallel or config.parallel)
+
+
+def base_experiment(config: SweepConfig, sweep_path: Path, overrides: list[str]) -> ExperimentConfig:
+    """The base file, then the sweep's overrides and `algorithm`, then the command line's --set."""
+    raw = read_yaml((sweep_path.parent / config.base).resolve())
+    changes = {**config.overrides, **({"algorithm.name": config.algorithm} if config.algorithm else {})}
+    for key, value in changes.items():
+        set_dotted(raw, key, value)
+    return build_config(apply_overrides(raw, overrides), str(sweep_path))
+
+
+def search_space(config: SweepConfig, base: ExperimentConfig, source: str) -> dict[str, Any]:
+    """`params`, after the named algorithm's default ranges; each path checked against the base config."""
+    space: dict[str, Any] = {}
+    if config.algorithm is not None:
+        from tasks.algorithms import ALGORITHMS
+
+        method = ALGORITHMS.get(base.algorithm.name)
+        for name, spec in method.Params.search_space().items():
+            space[f"algorithm.{method.name}.{name}"] = param_from_search_space(spec)
+    space.update(config.params)
+    if not space:
+        raise ConfigError(f"{source}: nothing to search: give `params:` or an `algorithm:` with searchable "
+                          "hyperparameters")
+    for path, param in space.items():
+        check_param(base, space, path, param, source)
+    return space
+
+
+def block_names(algorithms: list[str]) -> set[str]:
+    """The hyperparameter block of each algorithm that exists (`algorithm.name`'s own check reports the others)."""
+    from tasks.algorithms import ALGORITHMS
+    from tasks.registry import RegistryError
+
+    names = set()
+    for name in algorithms:
+        try:
+            names.add(ALGORITHMS.find(name).name)
+        except RegistryError:
+            pass
+    return names
+
+
+def check_param(base: ExperimentConfig, space: dict[str, Any], path: str, param, source: str) -> None:
+    """Unknown paths and values the experiment schema refuses fail here, before any trial runs."""
+    parts = path.split(".")
+    if parts[0] == "algorithm" and len(parts) == 3:
+        runs = space["algorithm.name"].choices if "algorithm.name" in space else [base.algorithm.name]
+        if parts[1] not in block_names(runs):
+            raise ConfigError(f"{source}: params.{path}: the sweep runs {', '.join(map(str, runs))}, so "
+                              f"{parts[1]}'s hyperparameters would not be used; set `algorithm: {parts[1]}`")
+    values = param.choices if isinstance(param, CategoricalParam) else [param.low, param.high, *(param.grid or [])]
+    for value in values:
+        try:
+            with_overrides(base, {path: value})
+        except ConfigError as e:
+            raise ConfigError(f"{source}: params.{path}: {str(e).removeprefix('config: ')}") from None
+
+
+def check_enqueued(config: SweepConfig, base: ExperimentConfig, space: dict[str, Any], source: str) -> None:
+    for i, params in enumerate(config.enqueue):
+        unknown = sorted(set(params) - set(space))
+        if unknown:
+            raise ConfigError(f"{source}: enqueue[{i}]: {', '.join(unknown)} not searched; searched: "
+                              f"{', '.join(space)}")
+        try:
+            with_overrides(base, params)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: enqueue[{i}]: {str(e).removeprefix('config: ')}") from None
+
+
+def absolute_storage_url(url: str) -> str:
+    """A relative SQLite path made absolute, so Ray workers in other directories open the same file."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(url.removeprefix("sqlite:///")).absolute())
+    return url
+
+
+def redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: show it as given
+        return url
+
+
+def best_config(sweep: Sweep, trial) -> ExperimentConfig:
+    return with_overrides(sweep.base, {**trial.params, "name": f"{sweep.study_name}-best"})
+
+
+def absolute_paths_of(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The experiment with its local paths made absolute (pipelines/compare.py), as trials and the report need it."""
+    from pipelines.compare import absolute_paths
+
+    return absolute_paths(cfg)
+

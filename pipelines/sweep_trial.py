@@ -1,0 +1,127 @@
+"""One trial: a federated run as a Ray task, reporting every round to Optuna and pruned when it falls behind."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import storage
+from orchestrator.config import (
+    ExperimentConfig,
+    with_overrides,
+)
+from pipelines.sweep_file import Sweep
+from pipelines.sweep_optuna import build_pruner, open_storage, quiet_optuna
+from pipelines.trial_store import TrialReporter, TrialStore
+
+
+@dataclass
+class TrialJob:
+    number: int
+    cfg: ExperimentConfig
+    study_name: str
+    storage_url: str
+    pruner: Any
+    objective: Any  # ObjectiveConfig
+    parent_run_id: str | None
+
+
+@dataclass
+class TrialOutcome:
+    state: str  # complete | pruned | failed
+    value: float | None = None
+    reason: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    mlflow_run_id: str | None = None
+    wall_seconds: float = 0.0
+
+    @property
+    def rounds(self) -> int:
+        return len(self.history)
+
+    @property
+    def client_rounds(self) -> int:
+        """Σ over the rounds run of the clients trained: what the trial cost."""
+        return sum(int(m.get("clients", 0)) for m in self.history)
+
+
+class Diverged(Exception):
+    pass
+
+
+def check_finite_losses(metrics: dict[str, Any]) -> None:
+    for key, value in metrics.items():
+        if "loss" in key and isinstance(value, float) and not math.isfinite(value):
+            raise Diverged(f"diverged: {key} = {value} at round {metrics.get('round')}")
+
+
+def run_trial(job: TrialJob) -> TrialOutcome:
+    """The Ray task of one trial: the run, reporting the objective's metric to Optuna after every round."""
+    import optuna
+
+    from orchestrator.run import run_experiment
+    from pipelines.compare import aggregate_metric
+
+    quiet_optuna()
+    t0 = time.perf_counter()
+    storage_obj = open_storage(job.storage_url)
+    study = optuna.load_study(study_name=job.study_name, storage=storage_obj,
+                              sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(job.pruner))
+    trial = TrialReporter(study, TrialStore(storage_obj, job.study_name), job.number)
+    metric = job.objective.metric
+    history: list[dict[str, Any]] = []
+
+    def on_round(metrics: dict[str, Any]) -> None:
+        history.append(metrics)
+        check_finite_losses(metrics)
+        value = metrics.get(metric)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return
+        trial.report(float(value), step=int(metrics["round"]))
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after round {metrics['round']}: {metric} = {value:.4f}")
+
+    def outcome(state: str, **kw) -> TrialOutcome:
+        return TrialOutcome(state, history=history, mlflow_run_id=trial_run_id(job.cfg),
+                            wall_seconds=time.perf_counter() - t0, **kw)
+
+    try:
+        result = run_experiment(job.cfg, progress=False, parent_run_id=job.parent_run_id, on_round=on_round)
+    except optuna.TrialPruned as e:
+        return outcome("pruned", reason=str(e))
+    except Diverged as e:
+        return outcome("pruned", reason=str(e))
+    except Exception as e:  # whatever a trial raises fails that trial only; the sweep goes on
+        return outcome("failed", reason=one_line(e))
+    value = aggregate_metric(result.history, job.objective.spec)
+    if value is None:
+        keys = sorted({k for m in result.history for k in m})
+        return outcome("failed", reason=f"objective metric {metric!r} is not in the run's metrics ({', '.join(keys)})")
+    return outcome("complete", value=value)
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
+def trial_run_id(cfg: ExperimentConfig) -> str | None:
+    """The MLflow run of a trial, from run.json in the trial's only run directory (there even if it raised)."""
+    from orchestrator.run import RunLog
+
+    for name in storage.list_dir(cfg.checkpoint.dir):
+        run_id = RunLog(storage.join(cfg.checkpoint.dir, name)).read_json("run.json").get("mlflow_run_id")
+        if run_id:
+            return run_id
+    return None
+
+
+def trial_config(sweep: Sweep, base_abs: ExperimentConfig, params: dict[str, Any], number: int) -> ExperimentConfig:
+    """The base with the trial's parameters; one client actor per trial, its own run directory. A non-finite
+    loss does not stop the run: the sweep prunes the trial as diverged (check_finite_losses), with its reason."""
+    return with_overrides(base_abs, {
+        **params, "name": f"{sweep.study_name}-t{number:04d}", "resources.num_actors": 1,
+        "train.on_nonfinite_loss": "continue",
+        "checkpoint.dir": storage.join(sweep.sweep_dir, f"trial-{number:04d}"),
+    })

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from orchestrator.client_store import ClientStateStore
+from orchestrator.participation import Participation
 from orchestrator.phases import Phases
 from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import (
@@ -479,6 +480,8 @@ class Server:
         self.set_up = not self.algorithm.needs_setup()
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
+        # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/participation.py)
+        self.participation = Participation(cfg, data) if cfg.participation.active else None
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -486,12 +489,15 @@ class Server:
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
-        return {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
+        snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
                 "set_up": self.set_up}
+        return snap | ({"participation": self.participation.snapshot()} if self.participation else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
         self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
+        if self.participation:
+            self.participation.restore(snap["participation"])
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -503,6 +509,9 @@ class Server:
         with phase("round: sample, payload"):
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
             payload = self.algorithm.payload(self.state, t)
+            plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
+            if plan is not None:  # the clients available, in time, not dropped out
+                sampled = plan.kept
         cids, failed, pre_bytes = sampled, [], 0
         if self.algorithm.exchanges_before_round():
             with phase("round: pre-round exchange"):
@@ -529,6 +538,8 @@ class Server:
                                           pre_bytes + sum(p.bytes_sent for p in partials))
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
+            if plan is not None:
+                metrics.update(self.participation.close(plan, metrics, nbytes(payload)))
         if self._eval_due():
             with phase("round: evaluate"):
                 metrics.update(self.evaluate(call))

@@ -442,6 +442,14 @@ class ExperimentConfig(Strict):
             raise NestedFieldError("eval.personalized_clients", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         self.participation_covers_clients()
+        if self.participation.mode == "buffered":
+            from orchestrator.buffered import buffered_refusal
+            from tasks.algorithms import ALGORITHMS
+
+            refusal = buffered_refusal(ALGORITHMS.get(self.algorithm.name))
+            if refusal:
+                raise NestedFieldError("participation.mode", "buffered", f"{refusal}; buffered aggregation runs "
+                                       "methods that average models as FedAvg does (fedavg, fedprox)")
         return self
 
     def participation_covers_clients(self) -> None:

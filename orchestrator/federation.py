@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.buffered import BufferedAggregation, run_version
 from orchestrator.client_store import ClientStateStore
 from orchestrator.participation import Participation
 from orchestrator.phases import Phases
@@ -481,7 +482,10 @@ class Server:
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
         # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/participation.py)
-        self.participation = Participation(cfg, data) if cfg.participation.active else None
+        sync = cfg.participation.active and cfg.participation.mode == "sync"
+        self.participation = Participation(cfg, data) if sync else None
+        # FedBuff-style asynchronous aggregation instead of rounds (orchestrator/buffered.py)
+        self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -491,13 +495,14 @@ class Server:
     def snapshot(self) -> dict[str, Any]:
         snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
                 "set_up": self.set_up}
-        return snap | ({"participation": self.participation.snapshot()} if self.participation else {})
+        clock = self.participation or self.buffered
+        return snap | ({"participation": clock.snapshot()} if clock else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
         self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
-        if self.participation:
-            self.participation.restore(snap["participation"])
+        if self.participation or self.buffered:
+            (self.participation or self.buffered).restore(snap["participation"])
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -505,6 +510,8 @@ class Server:
         self.set_up = True
 
     def run_round(self, call: CallClients) -> dict[str, Any]:
+        if self.buffered is not None:
+            return run_version(self, call)
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)

@@ -284,3 +284,101 @@ def test_a_class_with_no_arrivals(workdir, name):
         torch.testing.assert_close(after["anchor"], before["anchor"], rtol=1e-6, atol=1e-7)
     elif name != "fedproto":
         assert torch.equal(after[key], before[key])
+
+
+# ------------------------------------------------------------------------------ buffered (FedBuff)
+BUFFERED = ["participation.mode=buffered", "participation.buffer.size=3", "participation.buffer.concurrency=4",
+            "participation.system.speed.sigma=1.0", "participation.dropout=0.1", "train.local_steps=2"]
+
+
+def test_two_staleness_weighted_folds_by_hand(workdir):
+    """θ0 = (1, 2). Version 0 folds A (n=1, θ=(3, 2)) and B (n=3, θ=(1, 6)), both sent θ0: θ1 = θ0 + (1·(2, 0) +
+    3·(0, 4))/4 = (1.5, 5). Version 1 folds C (n=2, θ=(5, 2), sent θ0: staleness 1, weight 2^-½) and D (n=2,
+    θ=(1.5, 7), sent θ1: weight 1): θ2 = θ1 + (2^-½·2·(4, 0) + 2·(0, 2))/4 = (1.5 + √2, 6)."""
+    from orchestrator.buffered import Arrival, BufferedAggregation
+    from tasks.algorithms.base import ClientUpdate
+
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered",
+                                                                "participation.buffer.exponent=0.5"])
+    buffered = BufferedAggregation(cfg, prepare_data(cfg))
+    steps = torch.tensor(7)
+
+    def update(cid, n, w):
+        return ClientUpdate(cid, n, tensors={"w": torch.tensor(w), "steps": steps})
+
+    theta0 = {"w": torch.tensor([1.0, 2.0]), "steps": steps}
+    buffered.models = {0: theta0}
+    first = buffered.new_version({"model": theta0}, [Arrival(1.0, 0, 0), Arrival(2.0, 1, 0)],
+                                 {0: update(0, 1, [3.0, 2.0]), 1: update(1, 3, [1.0, 6.0])}, version=0)
+    assert first["model"]["w"].tolist() == [1.5, 5.0] and first["model"]["steps"] == 7
+    buffered.models[1] = first["model"]
+    second = buffered.new_version(first, [Arrival(3.0, 2, 0), Arrival(3.5, 3, 1)],
+                                  {2: update(2, 2, [5.0, 2.0]), 3: update(3, 2, [1.5, 7.0])}, version=1)
+    assert second["model"]["w"].tolist() == pytest.approx([1.5 + math.sqrt(2.0), 6.0], abs=1e-6)
+    constant = load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered",
+                                                                     "participation.buffer.staleness=constant"])
+    flat = BufferedAggregation(constant, prepare_data(constant))
+    flat.models = buffered.models
+    again = flat.new_version(first, [Arrival(3.0, 2, 0), Arrival(3.5, 3, 1)],
+                             {2: update(2, 2, [5.0, 2.0]), 3: update(3, 2, [1.5, 7.0])}, version=1)
+    assert again["model"]["w"].tolist() == pytest.approx([3.5, 6.0])
+
+
+def test_a_fold_of_fresh_updates_is_fedavgs_weighted_mean():
+    from orchestrator.buffered import fold_buffer
+    from tasks.algorithms.base import ClientUpdate, weighted_average
+
+    gen = torch.Generator().manual_seed(0)
+    start = {"w": torch.randn(3, 2, generator=gen)}
+    models = [{"w": torch.randn(3, 2, generator=gen)} for _ in range(3)]
+    updates = [(ClientUpdate(i, n, tensors=m), start, 1.0) for i, (n, m) in enumerate(zip([5, 1, 9], models))]
+    torch.testing.assert_close(fold_buffer(start, updates, 1.0)["w"], weighted_average(models, [5, 1, 9])["w"])
+
+
+def test_events_come_in_time_order_ties_by_client_id():
+    from orchestrator.buffered import Arrival, EventQueue
+
+    queue = EventQueue([Arrival(2.0, 5, 0), Arrival(1.0, 7, 1), Arrival(2.0, 3, 1)])
+    queue.push(Arrival(1.0, 2, 0, "drops"))
+    queue.push(Arrival(2.0, 4, 0))
+    assert [(e.time, e.client) for e in (queue.pop() for _ in range(5))] == [(1.0, 2), (1.0, 7), (2.0, 3),
+                                                                             (2.0, 4), (2.0, 5)]
+
+
+def test_clients_that_finish_together_arrive_in_client_id_order(workdir):
+    """Equal speeds and steps: every client sent at once finishes at the same simulated time."""
+    from orchestrator.buffered import BufferedAggregation
+
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "train.local_steps=2",
+                                                                "participation.buffer.size=3",
+                                                                "participation.buffer.concurrency=5"])
+    buffered = BufferedAggregation(cfg, prepare_data(cfg))
+    arrived, _ = buffered.collect(0, Server(cfg, prepare_data(cfg)).state, payload_bytes=1000)
+    assert len({e.time for e in arrived}) == 1 and [e.client for e in arrived] == sorted(e.client for e in arrived)
+    # 5 sent; each of the 3 arrivals freed a slot, refilled from the 3 clients not yet sent this version
+    assert len(arrived) == 3 and len(buffered.queue) == 5 and buffered.sent_this_version == set(range(8))
+    assert not {e.client for e in arrived} & buffered.queue.clients()
+
+
+def test_a_buffered_run_is_reproducible_resumable_and_stale(workdir):
+    cfg = load_config("configs/default.yaml", TINY + workdir + BUFFERED + ["train.rounds=4"])
+    history = deterministic_run(cfg)
+    assert deterministic_run(cfg) == history
+    assert max(m["staleness_max"] for m in history) > 0 and all(m["clients"] <= 3 for m in history)
+    data = prepare_data(cfg)
+    host = ClientHost(cfg, data, list(range(8)))
+    call = in_process_calls(host)
+    first = Server(cfg, data)
+    for _ in range(2):
+        first.run_round(call)
+    second = Server(cfg, data)
+    second.restore(first.snapshot())
+    assert [second.run_round(call) for _ in range(2)] == [first.run_round(call) for _ in range(2)]
+
+
+def test_buffered_aggregation_refuses_methods_it_cannot_run(workdir):
+    with pytest.raises(ConfigError, match=r"participation.mode = 'buffered': fedfa does not aggregate by averaging "
+                                          r"models as FedAvg does; buffered aggregation runs"):
+        load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "algorithm.name=fedfa"])
+    with pytest.raises(ConfigError, match="local does not aggregate"):
+        load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "algorithm.name=local"])

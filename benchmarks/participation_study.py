@@ -1,0 +1,126 @@
+"""The participation study's tables and figure (docs/participation.md), from two finished comparisons of
+configs/participation_digits.yaml: one with slow clients holding classes 7-9 (the config as it is) and one ideal.
+
+    python -m benchmarks.participation_study --slow DIR --ideal DIR --out DIR
+
+For each run: the global accuracy over the last 5 rounds, the final global model's accuracy on the slow clients'
+classes and on the others (from the run directory's final_state.pt), the personalized accuracy over the last 5
+rounds, and the simulated time to the config's target accuracy. Prints a Markdown table of means ± std over seeds
+and writes participation_classes.png (slow-class accuracy by condition) and participation_time.png (accuracy
+against simulated time, slow condition) into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from orchestrator.config import load_config
+from orchestrator.datasets import prepare_data
+from orchestrator.federation import build_algorithm
+from orchestrator.plots import _save, import_pyplot
+from pipelines.compare import aggregate_metric
+from tasks.algorithms.base import count_correct
+
+CONDITIONS = ("ideal", "slow")
+
+
+def class_accuracies(run_dir: str, classes: list[int]) -> tuple[float, float] | None:
+    """(accuracy on `classes`, on the other classes) of the run's final global model; None without one."""
+    cfg = load_config(Path(run_dir) / "config.yaml")
+    data = prepare_data(cfg)
+    algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+    state = torch.load(Path(run_dir) / "final_state.pt", weights_only=True)
+    model = algorithm.global_model(state)
+    if model is None:
+        return None
+    x, y = data.test_sets()["test"]
+    slow = torch.isin(y, torch.tensor(classes))
+    return (count_correct(model, x[slow], y[slow]) / int(slow.sum()),
+            count_correct(model, x[~slow], y[~slow]) / int((~slow).sum()))
+
+
+def run_rows(out_dir: Path, classes: list[int]) -> list[dict]:
+    histories = json.loads((out_dir / "histories.json").read_text())
+    rows = []
+    with open(out_dir / "runs.csv", newline="") as f:
+        for run in csv.DictReader(f):
+            history = histories[run["variant"]][run["seed"]]
+            per_class = class_accuracies(run["run_dir"], classes)
+            rows.append({"variant": run["variant"], "seed": int(run["seed"]),
+                         "global_last5": aggregate_metric(history, "accuracy:last5"),
+                         "slow_classes": per_class[0] if per_class else None,
+                         "other_classes": per_class[1] if per_class else None,
+                         "personalized_last5": aggregate_metric(history, "personalized_accuracy:last5"),
+                         "time_to_target": float(run["time_to_target"]) if run["time_to_target"] else None,
+                         "simulated_seconds": float(run["simulated_seconds"])})
+    return rows
+
+
+def mean_std(values: list[float | None]) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "–"
+    return f"{100 * np.mean(vals):.1f} ± {100 * np.std(vals):.1f}"
+
+
+def seconds(values: list[float | None]) -> str:
+    vals = [v for v in values if v is not None]
+    return f"{np.mean(vals):.1f} ({len(vals)}/{len(values)})" if vals else f"– (0/{len(values)})"
+
+
+def markdown(rows: dict[str, list[dict]]) -> str:
+    lines = ["| method | condition | global, last 5 rounds (%) | final model, classes 7-9 (%) | final model, "
+             "classes 0-6 (%) | personalized, last 5 rounds (%) | simulated s to 70 % (seeds) |",
+             "|---|---|---|---|---|---|---|"]
+    variants = list(dict.fromkeys(r["variant"] for r in rows["slow"]))
+    for variant in variants:
+        for condition in CONDITIONS:
+            mine = [r for r in rows[condition] if r["variant"] == variant]
+            lines.append(f"| {variant} | {condition} | {mean_std([r['global_last5'] for r in mine])} | "
+                         f"{mean_std([r['slow_classes'] for r in mine])} | {mean_std([r['other_classes'] for r in mine])}"
+                         f" | {mean_std([r['personalized_last5'] for r in mine])} | "
+                         f"{seconds([r['time_to_target'] for r in mine])} |")
+    return "\n".join(lines)
+
+
+def plot_slow_classes(rows: dict[str, list[dict]], path: Path) -> None:
+    variants = [v for v in dict.fromkeys(r["variant"] for r in rows["slow"])
+                if any(r["slow_classes"] is not None for r in rows["slow"] if r["variant"] == v)]
+    plt = import_pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 3.8))
+    for offset, condition, colour in ((-0.2, "ideal", "#0072B2"), (0.2, "slow", "#D55E00")):
+        for i, variant in enumerate(variants):
+            values = [100 * r["slow_classes"] for r in rows[condition] if r["variant"] == variant]
+            ax.bar(i + offset, np.mean(values), width=0.38, color=colour, label=condition if i == 0 else None)
+            ax.plot([i + offset] * len(values), values, "k.", ms=4)
+    ax.set_xticks(range(len(variants)), variants)
+    ax.set_ylabel("final global model on classes 7-9 (%)")
+    ax.legend(title="federation", fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Accuracy on the slow clients' classes (bars: mean; dots: seeds)", fontsize=10)
+    _save(plt, fig, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slow", required=True, type=Path)
+    parser.add_argument("--ideal", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--classes", default="7,8,9")
+    args = parser.parse_args()
+    classes = [int(c) for c in args.classes.split(",")]
+    rows = {"slow": run_rows(args.slow, classes), "ideal": run_rows(args.ideal, classes)}
+    print(markdown(rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot_slow_classes(rows, args.out / "participation_classes.png")
+    shutil.copyfile(args.slow / "accuracy_time.png", args.out / "participation_time.png")
+
+
+if __name__ == "__main__":
+    main()

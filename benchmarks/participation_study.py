@@ -1,20 +1,20 @@
-"""The participation study's tables and figure (docs/participation.md), from two finished comparisons of
-configs/participation_digits.yaml: one with slow clients holding classes 7-9 (the config as it is) and one ideal.
+"""The participation study's table and figures (docs/participation.md), from finished comparisons of
+configs/participation_digits.yaml: one with slow clients holding classes 7-9 (the config as it is), one ideal, and
+optionally FedAvg under buffered aggregation in the slow federation.
 
-    python -m benchmarks.participation_study --slow DIR --ideal DIR --out DIR
+    python -m benchmarks.participation_study --ideal DIR --slow DIR [--buffered DIR] --out DIR
 
 For each run: the global accuracy over the last 5 rounds, the final global model's accuracy on the slow clients'
 classes and on the others (from the run directory's final_state.pt), the personalized accuracy over the last 5
 rounds, and the simulated time to the config's target accuracy. Prints a Markdown table of means ± std over seeds
-and writes participation_classes.png (slow-class accuracy by condition) and participation_time.png (accuracy
-against simulated time, slow condition) into --out.
+and writes participation_classes.png (slow-class accuracy by condition) and participation_time.png (global
+accuracy against simulated time in the slow federation, every method and seed) into --out.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +23,9 @@ import torch
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import build_algorithm
-from orchestrator.plots import _save, import_pyplot
+from orchestrator.plots import _save, import_pyplot, plot_against_time
 from pipelines.compare import aggregate_metric
 from tasks.algorithms.base import count_correct
-
-CONDITIONS = ("ideal", "slow")
 
 
 def class_accuracies(run_dir: str, classes: list[int]) -> tuple[float, float] | None:
@@ -80,8 +78,10 @@ def markdown(rows: dict[str, list[dict]]) -> str:
              "|---|---|---|---|---|---|---|"]
     variants = list(dict.fromkeys(r["variant"] for r in rows["slow"]))
     for variant in variants:
-        for condition in CONDITIONS:
+        for condition in rows:
             mine = [r for r in rows[condition] if r["variant"] == variant]
+            if not mine:
+                continue
             lines.append(f"| {variant} | {condition} | {mean_std([r['global_last5'] for r in mine])} | "
                          f"{mean_std([r['slow_classes'] for r in mine])} | {mean_std([r['other_classes'] for r in mine])}"
                          f" | {mean_std([r['personalized_last5'] for r in mine])} | "
@@ -94,10 +94,14 @@ def plot_slow_classes(rows: dict[str, list[dict]], path: Path) -> None:
                 if any(r["slow_classes"] is not None for r in rows["slow"] if r["variant"] == v)]
     plt = import_pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 3.8))
-    for offset, condition, colour in ((-0.2, "ideal", "#0072B2"), (0.2, "slow", "#D55E00")):
+    width = 0.8 / len(rows)
+    for k, (condition, colour) in enumerate(zip(rows, ("#0072B2", "#D55E00", "#009E73"))):
+        offset = (k - (len(rows) - 1) / 2) * width
         for i, variant in enumerate(variants):
             values = [100 * r["slow_classes"] for r in rows[condition] if r["variant"] == variant]
-            ax.bar(i + offset, np.mean(values), width=0.38, color=colour, label=condition if i == 0 else None)
+            if not values:
+                continue
+            ax.bar(i + offset, np.mean(values), width=width * 0.95, color=colour, label=condition if i == 0 else None)
             ax.plot([i + offset] * len(values), values, "k.", ms=4)
     ax.set_xticks(range(len(variants)), variants)
     ax.set_ylabel("final global model on classes 7-9 (%)")
@@ -111,15 +115,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slow", required=True, type=Path)
     parser.add_argument("--ideal", required=True, type=Path)
+    parser.add_argument("--buffered", type=Path, help="FedAvg, buffered, in the slow federation")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--classes", default="7,8,9")
     args = parser.parse_args()
     classes = [int(c) for c in args.classes.split(",")]
-    rows = {"slow": run_rows(args.slow, classes), "ideal": run_rows(args.ideal, classes)}
+    rows = {"ideal": run_rows(args.ideal, classes), "slow": run_rows(args.slow, classes)}
+    curves = json.loads((args.slow / "histories.json").read_text())
+    if args.buffered:
+        rows["slow, buffered"] = run_rows(args.buffered, classes)
+        curves |= {f"{v} (buffered)": h for v, h in json.loads((args.buffered / "histories.json").read_text()).items()}
     print(markdown(rows))
     args.out.mkdir(parents=True, exist_ok=True)
     plot_slow_classes(rows, args.out / "participation_classes.png")
-    shutil.copyfile(args.slow / "accuracy_time.png", args.out / "participation_time.png")
+    plot_against_time(curves, args.out / "participation_time.png",
+                      title="slow holders of classes 7-9: accuracy against simulated time (each line one seed)")
 
 
 if __name__ == "__main__":

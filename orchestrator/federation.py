@@ -501,8 +501,9 @@ class Server:
     def restore(self, snap: dict[str, Any]) -> None:
         self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
-        if self.participation or self.buffered:
-            (self.participation or self.buffered).restore(snap["participation"])
+        clock = self.participation or self.buffered
+        if clock:
+            clock.restore(snap["participation"])
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:

@@ -480,8 +480,8 @@ def _run_holding(cfg, address, resume_dir, progress, parent_run_id, on_round, st
     with phases("end: artifacts"):
         _finish_artifacts(cfg, result, final_state, log, tracker)
     with phases("end: MLflow"):
-        tracker.log_summary(summary_metrics(history, cfg.participation.target_accuracy) | {"wall_seconds": result.wall_seconds, "rounds": len(history)},
-                            step=len(history))
+        summary = summary_metrics(history, cfg.participation.target_accuracy)
+        tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(history)}, step=len(history))
         tracker.end(status)
     result.phases = phases.as_dict()
     return result

@@ -153,12 +153,13 @@ def deterministic_run(cfg):
 def test_at_its_defaults_the_block_changes_nothing(workdir):
     """Defaults: no simulation at all. A clock with nothing limiting the clients (every one available, no deadline,
     no over-selection, no dropout) samples and trains exactly as the default does."""
-    cfg = load_config("configs/default.yaml", TINY + workdir)
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["train.local_steps=3"])
     assert not cfg.participation.active
     data = prepare_data(cfg)
     assert Server(cfg, data).participation is None and "participation" not in Server(cfg, data).snapshot()
     plain = deterministic_run(cfg)
-    clocked = deterministic_run(load_config("configs/default.yaml", TINY + workdir + ["participation.system.speed.sigma=0.5"]))
+    clocked = deterministic_run(load_config("configs/default.yaml", TINY + workdir + ["train.local_steps=3",
+                                                                                      "participation.system.speed.sigma=0.5"]))
     assert [{k: v for k, v in m.items() if k not in CLOCK_KEYS} for m in clocked] == plain
     assert not CLOCK_KEYS & set(plain[0])
     assert [m["simulated_seconds"] for m in clocked] == sorted(m["simulated_seconds"] for m in clocked)

@@ -269,10 +269,15 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines + [LEGEND])
 
 
-def format_clock(row: dict[str, Any]) -> str:
+def clock_cells(row: dict[str, Any]) -> tuple[str, str]:
     """The simulated total and the time to target (seeds that reached it / seeds), or dashes."""
     total = "–" if row.get("simulated_seconds") is None else f"{row['simulated_seconds']:.0f}"
     target = "–" if row.get("time_to_target") is None else f"{row['time_to_target']:.0f} ({row['target_reached']}/{row['seeds']})"
+    return total, target
+
+
+def format_clock(row: dict[str, Any]) -> str:
+    total, target = clock_cells(row)
     return f"{total:>9} {target:>14}"
 
 

@@ -23,6 +23,7 @@ import torch
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import build_algorithm
+from orchestrator.participation import Participation
 from orchestrator.plots import _save, import_pyplot, plot_against_time
 from pipelines.compare import aggregate_metric
 from tasks.algorithms.base import count_correct
@@ -89,6 +90,39 @@ def markdown(rows: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def slow_share_trained(run_dir: str, history: list[dict], classes: list[int]) -> tuple[float, float]:
+    """(share of classes' samples among the clients each round kept, over the run; their share of all training
+    samples): the run's round plans replayed from its config and the byte counts its history logged."""
+    cfg = load_config(Path(run_dir) / "config.yaml")
+    data = prepare_data(cfg)
+    clock = Participation(cfg, data)
+    labels = np.asarray(data.dataset.y_train)
+    slow = np.array([np.isin(labels[idx], classes).sum() for idx in data.partition.train])
+    sizes = np.array(data.train_sizes())
+    kept_slow = kept_all = 0
+    for t, metrics in enumerate(history):
+        payload = metrics["bytes_down"] // max(1, metrics["clients"])
+        plan = clock.plan(t, payload)
+        assert len(plan.kept) == metrics["clients"], "the replay must keep the clients the run kept"
+        clock.close(plan, metrics, payload)
+        kept_slow, kept_all = kept_slow + slow[plan.kept].sum(), kept_all + sizes[plan.kept].sum()
+    return kept_slow / kept_all, slow.sum() / sizes.sum()
+
+
+def paired_drops(rows: dict[str, list[dict]]) -> str:
+    """Per method and seed (the same partition in every condition): slow − ideal on classes 7-9, in points."""
+    lines = ["| method | slow − ideal on classes 7-9, per seed (points) | on classes 0-6 |", "|---|---|---|"]
+    ideal = {(r["variant"], r["seed"]): r for r in rows["ideal"]}
+    for variant in dict.fromkeys(r["variant"] for r in rows["slow"]):
+        pairs = [(r, ideal[(variant, r["seed"])]) for r in rows["slow"] if r["variant"] == variant
+                 and r["slow_classes"] is not None and (variant, r["seed"]) in ideal]
+        if pairs:
+            cells = [", ".join(f"{100 * (s[key] - i[key]):+.1f}" for s, i in pairs) for key in ("slow_classes",
+                                                                                              "other_classes")]
+            lines.append(f"| {variant} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def plot_slow_classes(rows: dict[str, list[dict]], path: Path) -> None:
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows["slow"])
                 if any(r["slow_classes"] is not None for r in rows["slow"] if r["variant"] == v)]
@@ -126,6 +160,14 @@ def main() -> None:
         rows["slow, buffered"] = run_rows(args.buffered, classes)
         curves |= {f"{v} (buffered)": h for v, h in json.loads((args.buffered / "histories.json").read_text()).items()}
     print(markdown(rows))
+    print()
+    print(paired_drops(rows))
+    histories = json.loads((args.slow / "histories.json").read_text())["fedavg"]
+    with open(args.slow / "runs.csv", newline="") as f:
+        for run in (r for r in csv.DictReader(f) if r["variant"] == "fedavg"):
+            trained, overall = slow_share_trained(run["run_dir"], histories[run["seed"]], classes)
+            print(f"seed {run['seed']}: classes {args.classes} are {100 * overall:.1f} % of the training samples and "
+                  f"{100 * trained:.1f} % of those the kept clients trained on")
     args.out.mkdir(parents=True, exist_ok=True)
     plot_slow_classes(rows, args.out / "participation_classes.png")
     plot_against_time(curves, args.out / "participation_time.png",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,12 @@ def buffered_refusal(kind: type[Algorithm]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ events
+class Outcome(str, Enum):
+    ARRIVES = "arrives"
+    DROPS = "drops"  # dropped out mid-training
+    LATE = "late"  # would finish after the deadline: given up on at the deadline
+
+
 @dataclass(frozen=True, order=True)
 class Arrival:
     """A client's end of training: ordered by simulated time, then client id."""
@@ -51,7 +58,7 @@ class Arrival:
     time: float
     client: int
     version: int = 0  # the version it was sent
-    outcome: str = "arrives"  # or "drops" (dropped out), "late" (past the deadline)
+    outcome: Outcome = Outcome.ARRIVES
 
 
 class EventQueue:
@@ -105,7 +112,7 @@ class BufferedAggregation:
 
     def __init__(self, cfg, data):
         self.cfg, self.seed = cfg.participation, cfg.seed
-        self.clock = Participation(cfg, data)  # availability, systems, the simulated clock
+        self.participation = Participation(cfg, data)  # availability, systems, the simulated clock
         self.queue = EventQueue()
         self.models: dict[int, State] = {}  # version → its global model, while a client sent it is in flight
         self.sent_this_version: set[int] = set()
@@ -117,13 +124,14 @@ class BufferedAggregation:
         if free <= 0:
             return
         busy = self.queue.clients() | self.sent_this_version
-        idle = [c for c in self.clock.availability.available(version, self.clock.clock) if c not in busy]
+        available = self.participation.availability.available(version, self.participation.clock)
+        idle = [c for c in available if c not in busy]
         if not idle:
             return
         rng = np.random.default_rng(derive_seed(self.seed, DISPATCH_STREAM, version, len(self.sent_this_version)))
         chosen = sorted(idle[i] for i in rng.choice(len(idle), min(free, len(idle)), replace=False))
-        upload = payload_bytes if self.clock.upload_bytes is None else self.clock.upload_bytes
-        seconds = self.clock.systems.seconds(chosen, payload_bytes + upload).tolist()
+        upload = payload_bytes if self.participation.upload_bytes is None else self.participation.upload_bytes
+        seconds = self.participation.systems.seconds(chosen, payload_bytes + upload).tolist()
         drops = uniforms(self.seed, DROPOUT_STREAM, version, np.asarray(chosen, dtype=np.int64)).tolist()
         for cid, took, u in zip(chosen, seconds, drops):
             self.queue.push(self.arrival(cid, version, took, u < self.cfg.dropout))
@@ -133,10 +141,10 @@ class BufferedAggregation:
     def arrival(self, cid: int, version: int, seconds: float, dropped: bool) -> Arrival:
         deadline = self.cfg.deadline
         if dropped:
-            return Arrival(self.clock.clock + seconds, cid, version, "drops")
+            return Arrival(self.participation.clock + seconds, cid, version, Outcome.DROPS)
         if deadline is not None and seconds > deadline:
-            return Arrival(self.clock.clock + deadline, cid, version, "late")
-        return Arrival(self.clock.clock + seconds, cid, version)
+            return Arrival(self.participation.clock + deadline, cid, version, Outcome.LATE)
+        return Arrival(self.participation.clock + seconds, cid, version)
 
     # ------------------------------------------------------------------ one version
     def collect(self, version: int, state: State, payload_bytes: int) -> tuple[list[Arrival], dict[str, int]]:
@@ -147,14 +155,14 @@ class BufferedAggregation:
         self.dispatch(version, state, payload_bytes)
         while len(arrived) < self.cfg.buffer.size:
             if not len(self.queue):
-                self.clock.clock += self.cfg.idle_seconds
+                self.participation.clock += self.cfg.idle_seconds
                 break
             event = self.queue.pop()
-            self.clock.clock = event.time
-            if event.outcome == "arrives":
+            self.participation.clock = event.time
+            if event.outcome is Outcome.ARRIVES:
                 arrived.append(event)
             else:
-                counts[f"clients_{'dropped' if event.outcome == 'drops' else 'late'}"] += 1
+                counts["clients_dropped" if event.outcome is Outcome.DROPS else "clients_late"] += 1
             self.dispatch(version, state, payload_bytes)
         return arrived, counts
 
@@ -175,12 +183,12 @@ class BufferedAggregation:
 
     # ------------------------------------------------------------------ checkpoint
     def snapshot(self) -> dict[str, Any]:
-        return {**self.clock.snapshot(), "events": [[e.time, e.client, e.version, e.outcome] for e in self.queue.heap],
+        return {**self.participation.snapshot(), "events": [[e.time, e.client, e.version, e.outcome.value] for e in self.queue.heap],
                 "models": {str(v): m for v, m in self.models.items()}, "sent": sorted(self.sent_this_version)}
 
     def restore(self, snap: dict[str, Any]) -> None:
-        self.clock.restore(snap)
-        self.queue = EventQueue([Arrival(float(t), int(c), int(v), str(o)) for t, c, v, o in snap["events"]])
+        self.participation.restore(snap)
+        self.queue = EventQueue([Arrival(float(t), int(c), int(v), Outcome(o)) for t, c, v, o in snap["events"]])
         self.models = {int(v): m for v, m in snap["models"].items()}
         self.sent_this_version = set(snap["sent"])
 
@@ -190,8 +198,9 @@ def run_version(server, call) -> dict[str, Any]:
     from tasks.algorithms.base import nbytes
 
     t, buffered = server.round, server.buffered
+    clock = buffered.participation
     payload = server.algorithm.payload(server.state, t)
-    start = buffered.clock.clock
+    start = clock.clock
     arrived, counts = buffered.collect(t, server.state, nbytes(payload))
     updates: dict[int, ClientUpdate] = {}
     failed: list[int] = []
@@ -206,10 +215,10 @@ def run_version(server, call) -> dict[str, Any]:
     metrics = server._round_metrics(t, payload, [e.client for e in arrived], folded, sorted(failed))
     staleness = [t - e.version for e in arrived]
     if folded:
-        buffered.clock.upload_bytes = metrics["bytes_up"] / len(folded)
+        clock.upload_bytes = metrics["bytes_up"] / len(folded)
     metrics.update(counts, staleness_mean=float(np.mean(staleness)) if staleness else 0.0,
-                   staleness_max=max(staleness, default=0), simulated_round_seconds=buffered.clock.clock - start,
-                   simulated_seconds=buffered.clock.clock)
+                   staleness_max=max(staleness, default=0), simulated_round_seconds=clock.clock - start,
+                   simulated_seconds=clock.clock)
     buffered.forget_unused(server.round)
     if server._eval_due():
         metrics.update(server.evaluate(call))

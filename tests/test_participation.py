@@ -337,10 +337,10 @@ def test_a_fold_of_fresh_updates_is_fedavgs_weighted_mean():
 
 
 def test_events_come_in_time_order_ties_by_client_id():
-    from orchestrator.buffered import Arrival, EventQueue
+    from orchestrator.buffered import Arrival, EventQueue, Outcome
 
     queue = EventQueue([Arrival(2.0, 5, 0), Arrival(1.0, 7, 1), Arrival(2.0, 3, 1)])
-    queue.push(Arrival(1.0, 2, 0, "drops"))
+    queue.push(Arrival(1.0, 2, 0, Outcome.DROPS))
     queue.push(Arrival(2.0, 4, 0))
     assert [(e.time, e.client) for e in (queue.pop() for _ in range(5))] == [(1.0, 2), (1.0, 7), (2.0, 3),
                                                                              (2.0, 4), (2.0, 5)]

@@ -279,6 +279,95 @@ class ResourcesConfig(Strict):
                                "depends on the number of actors in the last float32 bit (README)")
 
 
+# -------------------------------------------------------------------------------------- participation
+class AvailabilityConfig(Strict):
+    """Which clients can be sampled when a round starts (orchestrator/participation.py; docs/participation.md)."""
+
+    kind: Literal["always", "bernoulli", "diurnal", "trace"] = "always"
+    probability: float = Field(0.8, gt=0, le=1, description="bernoulli: chance a client is available in a round")
+    period: float = Field(86400.0, gt=0, description="diurnal: simulated seconds of one day")
+    online_fraction: float = Field(0.5, gt=0, le=1, description="diurnal: share of the day a client is online, "
+                                   "from a phase drawn per client")
+    trace: str | None = Field(None, description="trace: JSON file {client id: [[start, end], ...]} of availability "
+                              "intervals in simulated seconds; a client it does not list is never available")
+    trace_period: float | None = Field(None, gt=0, description="trace: the trace repeats with this period; "
+                                       "null: it does not")
+
+
+class SpeedConfig(Strict):
+    """Local optimizer steps per simulated second: median × exp(sigma·z), z standard normal from (seed, client)."""
+
+    median: float = Field(10.0, gt=0)
+    sigma: float = Field(0.0, ge=0, description="log-normal spread; 0: every client the same")
+
+
+class BandwidthConfig(Strict):
+    """Bytes per simulated second, down and up: median × exp(sigma·z), z standard normal from (seed, client)."""
+
+    median: float = Field(1e6, gt=0)
+    sigma: float = Field(0.0, ge=0, description="log-normal spread; 0: every client the same")
+
+
+class SystemConfig(Strict):
+    """Each client's compute speed and bandwidth, fixed for the run."""
+
+    speed: SpeedConfig = Field(default_factory=SpeedConfig)
+    bandwidth: BandwidthConfig = Field(default_factory=BandwidthConfig)
+    trace: str | None = Field(None, description="CSV file with columns client,speed,bandwidth, one row per client; "
+                              "replaces the draws")
+    slow_classes: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, description="classes whose holders are slow: a client's "
+                                    "speed and bandwidth are multiplied by 1 - (1 - slow_factor) × its share of "
+                                    "training samples in these classes")
+    slow_factor: float = Field(1.0, gt=0, le=1)
+
+
+class BufferConfig(Strict):
+    """Buffered asynchronous aggregation (FedBuff): a new global version every `size` arrivals."""
+
+    size: int = Field(5, ge=1, description="arrivals folded into each new version")
+    concurrency: int = Field(10, ge=1, description="clients training at any time")
+    staleness: Literal["constant", "polynomial"] = Field(
+        "polynomial", description="weight of an update s versions old: 1, or (1 + s)^-exponent")
+    exponent: float = Field(0.5, ge=0)
+    server_lr: float = Field(1.0, gt=0, description="the new version is old + server_lr × weighted mean delta")
+
+
+class ParticipationConfig(Strict):
+    """Clients as they are: availability, speeds, deadlines, dropouts, on a simulated clock. At its defaults every
+    client is available and answers at once (no clock); any other value runs the simulation
+    (docs/participation.md)."""
+
+    availability: AvailabilityConfig = Field(default_factory=AvailabilityConfig)
+    system: SystemConfig = Field(default_factory=SystemConfig)
+    deadline: float | None = Field(None, gt=0, description="simulated seconds a round waits for its clients")
+    over_selection: float = Field(0.0, ge=0, description="sample ceil((1 + this) × clients per round) available "
+                                  "clients and keep the first clients-per-round to finish")
+    dropout: float = Field(0.0, ge=0, lt=1, description="chance a selected client drops out mid-round")
+    idle_seconds: float = Field(60.0, gt=0, description="simulated seconds a round with no client available takes")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="report the simulated time to reach it")
+    mode: Literal["sync", "buffered"] = "sync"
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+
+    @property
+    def active(self) -> bool:
+        return self != ParticipationConfig()
+
+    @model_validator(mode="after")
+    def traces_readable(self) -> ParticipationConfig:
+        from orchestrator.participation import TraceError, read_availability_trace, read_system_trace
+
+        for key, path, read in (("availability.trace", self.availability.trace, read_availability_trace),
+                                ("system.trace", self.system.trace, read_system_trace)):
+            if path is not None:
+                try:
+                    read(path)
+                except TraceError as e:
+                    raise NestedFieldError(key, path, str(e)) from None
+        if self.availability.kind == "trace" and self.availability.trace is None:
+            raise NestedFieldError("availability.trace", None, "availability.kind = trace needs a trace file")
+        return self
+
+
 class TrackingConfig(Strict):
     enabled: bool = True
     uri: str | None = Field(None, description="MLflow tracking URI; MLFLOW_TRACKING_URI or MLflow's default otherwise")
@@ -339,6 +428,7 @@ class ExperimentConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    participation: ParticipationConfig = Field(default_factory=ParticipationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     claims: ClaimsConfig | None = None
@@ -361,7 +451,25 @@ class ExperimentConfig(Strict):
         if k is not None and k > self.data.num_clients:
             raise NestedFieldError("eval.personalized_clients", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
+        self.participation_covers_clients()
+        if self.participation.mode == "buffered":
+            from orchestrator.buffered import buffered_refusal
+            from tasks.algorithms import ALGORITHMS
+
+            refusal = buffered_refusal(ALGORITHMS.get(self.algorithm.name))
+            if refusal:
+                raise NestedFieldError("participation.mode", "buffered", f"{refusal}; buffered aggregation runs "
+                                       "methods that average models as FedAvg does (fedavg, fedprox)")
         return self
+
+    def participation_covers_clients(self) -> None:
+        from orchestrator.participation import read_system_trace
+
+        trace = self.participation.system.trace
+        missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
+        if missing:
+            raise NestedFieldError("participation.system.trace", trace,
+                                   f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
 
     @property
     def clients_per_round(self) -> int:

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.buffered import BufferedAggregation, run_version
 from orchestrator.client_store import ClientStateStore
+from orchestrator.participation import Participation
 from orchestrator.phases import Phases
 from tasks.algorithms import ALGORITHMS, Algorithm, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import (
@@ -478,6 +480,11 @@ class Server:
         self.set_up = not self.algorithm.capabilities().setup_exchange
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
+        # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/participation.py)
+        sync = cfg.participation.active and cfg.participation.mode == "sync"
+        self.participation = Participation(cfg, data) if sync else None
+        # FedBuff-style asynchronous aggregation instead of rounds (orchestrator/buffered.py)
+        self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -485,12 +492,17 @@ class Server:
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
-        return {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
+        snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
                 "set_up": self.set_up}
+        clock = self.participation or self.buffered
+        return snap | ({"participation": clock.snapshot()} if clock else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
         self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
+        clock = self.participation or self.buffered
+        if clock:
+            clock.restore(snap["participation"])
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -498,10 +510,15 @@ class Server:
         self.set_up = True
 
     def run_round(self, call: CallClients) -> dict[str, Any]:
+        if self.buffered is not None:
+            return run_version(self, call)
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
             payload = self.algorithm.payload(self.state, t)
+            plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
+            if plan is not None:  # the clients available, in time, not dropped out
+                sampled = plan.kept
         cids, failed, pre_bytes = sampled, [], 0
         if self.algorithm.capabilities().pre_round_exchange:
             with phase("round: pre-round exchange"):
@@ -528,6 +545,8 @@ class Server:
                                           pre_bytes + sum(p.bytes_sent for p in partials))
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
+            if plan is not None:
+                metrics.update(self.participation.close(plan, metrics, nbytes(payload)))
         if self._eval_due():
             with phase("round: evaluate"):
                 metrics.update(self.evaluate(call))

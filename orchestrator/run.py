@@ -155,12 +155,17 @@ class RunResult:
     startup_seconds: float = 0.0
     phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
     personalized_eval_clients: str | None = None  # whose own models were evaluated: "all", or their ids
+    # the participation block's simulated clock (orchestrator/participation.py): its total, and when the global
+    # accuracy first reached participation.target_accuracy; None without the block or the target
+    simulated_seconds: float | None = None
+    time_to_target: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
                 "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "history")
         d = asdict(self)
-        return {k: d[k] for k in keys} | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
+        clock = {k: d[k] for k in ("simulated_seconds", "time_to_target")} if self.simulated_seconds is not None else {}
+        return {k: d[k] for k in keys} | clock | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
 
 
 def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
@@ -172,8 +177,9 @@ def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
     return float(v)
 
 
-def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The figures every run is judged and sorted by, the same keys for every method (None where absent)."""
+def summary_metrics(history: list[dict[str, Any]], target: float | None = None) -> dict[str, float | None]:
+    """The figures every run is judged and sorted by, the same keys for every method (None where absent); with
+    a simulated clock (the participation block) also its total, and the time to `target` global accuracy."""
     out: dict[str, float | None] = {}
     for prefix, key in (("global", "accuracy"), ("personalized", "personalized_accuracy")):
         values = [v for v in (headline(m, key) for m in history) if v is not None]
@@ -181,17 +187,24 @@ def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
         out[f"best_{prefix}_accuracy"] = max(values) if values else None
     sent = [m["bytes_total"] for m in history if m.get("bytes_total") is not None]
     out["bytes_sent"] = float(sent[-1]) if sent else None
+    clock = [m["simulated_seconds"] for m in history if m.get("simulated_seconds") is not None]
+    if clock:
+        from orchestrator.participation import time_to_accuracy
+
+        out["simulated_seconds"] = float(clock[-1])
+        out["time_to_target"] = time_to_accuracy(history, target) if target is not None else None
     return out
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:
-    s = summary_metrics(history)
+    s = summary_metrics(history, cfg.participation.target_accuracy)
     return RunResult(
         algorithm=cfg.algorithm.name, seed=cfg.seed,
         final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
         personalized_accuracy=s["final_personalized_accuracy"],
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
-        personalized_eval_clients=evaluated_clients(cfg), **kw)
+        personalized_eval_clients=evaluated_clients(cfg), simulated_seconds=s.get("simulated_seconds"),
+        time_to_target=s.get("time_to_target"), **kw)
 
 
 def evaluated_clients(cfg: ExperimentConfig) -> str | None:
@@ -467,8 +480,8 @@ def _run_holding(cfg, address, resume_dir, progress, parent_run_id, on_round, st
     with phases("end: artifacts"):
         _finish_artifacts(cfg, result, final_state, log, tracker)
     with phases("end: MLflow"):
-        tracker.log_summary(summary_metrics(history) | {"wall_seconds": result.wall_seconds, "rounds": len(history)},
-                            step=len(history))
+        summary = summary_metrics(history, cfg.participation.target_accuracy)
+        tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(history)}, step=len(history))
         tracker.end(status)
     result.phases = phases.as_dict()
     return result
@@ -779,7 +792,7 @@ def _import_plotting_meanwhile(run_dir: str) -> None:
 def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:
     """The accuracy plot, the final global state and the resolved config, in the run dir and in MLflow;
     for anchor and prototype methods also the anchors and a PNG of their pairwise cosine similarities."""
-    from orchestrator.plots import experiment_title, plot_comparison
+    from orchestrator.plots import experiment_title, has_clock, plot_against_time, plot_comparison
 
     if storage.is_remote(log.run_dir):
         return
@@ -788,6 +801,10 @@ def _finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker:
                     title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
     storage.write_bytes_atomic(str(run_dir / "final_state.pt"), storage.torch_bytes(final_state))
     names = ["config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl", "result.json"]
+    if has_clock({cfg.algorithm.block_name: result.history}):
+        plot_against_time({cfg.algorithm.block_name: result.history}, run_dir / "accuracy_time.png",
+                          title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
+        names.append("accuracy_time.png")
     names += _anchor_artifacts(final_state, run_dir, cfg.algorithm.name)
     for name in names:
         tracker.log_artifact(run_dir / name)

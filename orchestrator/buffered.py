@@ -35,11 +35,12 @@ DISPATCH_STREAM = 0xB0F
 def buffered_refusal(kind: type[Algorithm]) -> str:
     """Why a method cannot run buffered, or "": it must average models as FedAvg does, keep no client state and
     exchange nothing before training (docs/participation.md says which others could, and how)."""
-    if kind.aggregate is not Algorithm.aggregate or kind.payload is not Algorithm.payload or not kind.has_global_model:
+    can = kind.capabilities()
+    if not can.averages_models or kind.payload is not Algorithm.payload or not can.global_model:
         return f"{kind.name} does not aggregate by averaging models as FedAvg does"
-    if kind.keeps_client_state:
+    if can.keeps_client_state:
         return f"{kind.name} keeps client state"
-    if kind.server_pre_round is not Algorithm.server_pre_round or kind.server_setup is not Algorithm.server_setup:
+    if can.pre_round_exchange or can.setup_exchange:
         return f"{kind.name} exchanges with its clients outside their updates"
     return ""
 

@@ -263,7 +263,7 @@ def test_a_class_with_no_arrivals(workdir, name):
 
     def fold(cids: list[int], t: int):
         payload = server.algorithm.payload(server.state, t)
-        if server.algorithm.exchanges_before_round():
+        if server.algorithm.capabilities().pre_round_exchange:
             contributions, _ = call("pre_round", payload, cids, t)
             server.state = server.algorithm.server_pre_round(server.state, [contributions[k] for k in cids], t)
             payload = server.algorithm.payload(server.state, t)

@@ -1,10 +1,14 @@
 """A character model for next-character prediction (shakespeare, LEAF's Shakespeare and Sent140 as characters).
 
 LEAF's Shakespeare model: an embedding of 8 per character, a 2-layer LSTM of 256 units, the last step's output
-into a linear layer over the vocabulary. Here the recurrent cell is a GRU by default (`cell: lstm` gives LEAF's):
-both engines run either, but torch.func has no batching rule for the LSTM's fused kernel, so the vectorized
-engine runs an LSTM through its slow per-client fallback. The last step's output is the feature h the anchor and
-prototype methods work on; `classifier` maps it to the next character.
+into a linear layer over the vocabulary. Here the recurrent cell is a GRU by default (`cell: lstm` gives LEAF's).
+The last step's output is the feature h the anchor and prototype methods work on; `classifier` maps it to the
+next character.
+
+Both engines run it. torch.func has no batching rule for PyTorch's fused GRU and LSTM kernels, so under the
+vectorized engine's vmap the same layers' parameters are applied step by step (`unrolled`, PyTorch's equations
+for nn.GRU and nn.LSTM, equal to the fused kernels to float rounding: tests/test_text_models.py); the sequential
+engine keeps the fused kernel.
 """
 from __future__ import annotations
 
@@ -41,8 +45,37 @@ class CharRNN(FLModel):
         self.classifier = nn.Linear(params.hidden, num_classes, bias=params.classifier_bias)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.rnn(self.embedding(x.long()))
+        e = self.embedding(x.long())
+        if torch._C._functorch.is_functorch_wrapped_tensor(e):  # inside torch.func (the vectorized engine)
+            return unrolled(self.rnn, e)
+        out, _ = self.rnn(e)
         return out[:, -1]
+
+
+def unrolled(rnn: nn.GRU | nn.LSTM, x: torch.Tensor) -> torch.Tensor:
+    """The last step's output of a batch-first nn.GRU or nn.LSTM on x (N, L, E), one step at a time from its own
+    parameters (PyTorch's documented equations; the gates packed r|z|n for the GRU, i|f|g|o for the LSTM)."""
+    for layer in range(rnn.num_layers):
+        w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
+        b_ih, b_hh = getattr(rnn, f"bias_ih_l{layer}"), getattr(rnn, f"bias_hh_l{layer}")
+        inputs = x @ w_ih.T + b_ih  # every step's input projection at once
+        h = x.new_zeros(x.shape[0], rnn.hidden_size)
+        c = torch.zeros_like(h)
+        outputs = []
+        for t in range(x.shape[1]):
+            gates_h = h @ w_hh.T + b_hh
+            if isinstance(rnn, nn.GRU):
+                i_r, i_z, i_n = inputs[:, t].chunk(3, dim=1)
+                h_r, h_z, h_n = gates_h.chunk(3, dim=1)
+                r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                h = (1 - z) * torch.tanh(i_n + r * h_n) + z * h
+            else:
+                i, f, g, o = (inputs[:, t] + gates_h).chunk(4, dim=1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+        x = torch.stack(outputs, dim=1)
+    return x[:, -1]
 
 
 register_model("char_rnn", CharRNNParams)(CharRNN)

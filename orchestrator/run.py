@@ -36,6 +36,7 @@ from orchestrator import resume_config, run_lock, storage
 from orchestrator.config import ConfigError, ExperimentConfig, build_config, flatten
 from orchestrator.phases import Phases
 from orchestrator.tracking import Tracker
+from tasks.privacy.server import final_epsilons
 
 
 class RunError(Exception):
@@ -155,10 +156,13 @@ class RunResult:
     startup_seconds: float = 0.0
     phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
     personalized_eval_clients: str | None = None  # whose own models were evaluated: "all", or their ids
+    dp_epsilon: float | None = None  # privacy.models: ε for privacy.delta after the last round (docs/privacy.md)
+    dp_epsilon_stats: float | None = None  # privacy.stats: the same for the class statistics
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
-                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "history")
+                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "dp_epsilon", "dp_epsilon_stats",
+                "history")
         d = asdict(self)
         return {k: d[k] for k in keys} | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
 
@@ -181,7 +185,7 @@ def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
         out[f"best_{prefix}_accuracy"] = max(values) if values else None
     sent = [m["bytes_total"] for m in history if m.get("bytes_total") is not None]
     out["bytes_sent"] = float(sent[-1]) if sent else None
-    return out
+    return out | final_epsilons(history)  # privacy: the ε reached (None without noise)
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:
@@ -191,6 +195,7 @@ def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> Run
         final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
         personalized_accuracy=s["final_personalized_accuracy"],
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
+        dp_epsilon=s["dp_epsilon"], dp_epsilon_stats=s["dp_epsilon_stats"],
         personalized_eval_clients=evaluated_clients(cfg), **kw)
 
 

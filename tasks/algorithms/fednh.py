@@ -56,8 +56,8 @@ from tasks.algorithms.prototypes import (
     smoothed_prototype_update,
 )
 from tasks.algorithms.registry import register
-from tasks.privacy.class_stats import released
 from tasks.models import FLModel
+from tasks.privacy.class_stats import released
 
 PROTOTYPES = "classifier.weight"
 SCALE = "classifier.scale"

@@ -47,9 +47,9 @@ from tasks.algorithms.prototypes import (
     nearest_prototype,
 )
 from tasks.algorithms.registry import register
-from tasks.privacy.class_stats import released
 from tasks.models import MODELS, FLModel
 from tasks.models.family import MODEL_FAMILIES, family_member
+from tasks.privacy.class_stats import released
 
 
 class PrivateModelParams(HyperParams):

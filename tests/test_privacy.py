@@ -4,6 +4,7 @@ one-line refusals, and bitwise sameness of every method's history when the block
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -196,3 +197,21 @@ def test_compares_table_shows_epsilon_only_where_a_variant_has_one():
     private = format_table([{**row, "dp_epsilon": 3.21, "dp_epsilon_stats": None}]).splitlines()
     assert "ε" not in plain
     assert "ε models" in private[0] and "ε stats" not in private[0] and private[1].endswith("3.21")
+
+
+@pytest.mark.ray
+def test_a_runs_epsilon_reaches_mlflow_every_round_and_result_json(ray_session, workdir):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.run import run_experiment
+
+    cfg = load_config("configs/default.yaml", [*TINY, *workdir, "tracking.enabled=true", "resources.num_actors=1", "privacy.models.clip=1.0",
+                                               "privacy.models.noise_multiplier=2.0"])
+    result = run_experiment(cfg, progress=False)
+    logged = MlflowClient(tracking_uri=cfg.tracking.uri).get_metric_history(result.mlflow_run_id, "dp_epsilon")
+    per_round = {m.step: m.value for m in logged if m.step > 0}  # step 0: the run's summary
+    assert per_round == {m["round"]: m["dp_epsilon"] for m in result.history} and len(per_round) == 2
+    written = json.loads((Path(result.run_dir) / "result.json").read_text())
+    assert written["dp_epsilon"] == result.history[-1]["dp_epsilon"] and written["dp_epsilon_stats"] is None

@@ -143,6 +143,18 @@ def test_partial_sums_under_dp_agree_with_per_client_clipping(tmp_path):
         assert a["dp_epsilon"] == b["dp_epsilon"] and a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
 
 
+def test_the_vectorized_engine_with_partial_sums_clips_each_client_before_summing(tmp_path):
+    dp = ["privacy.models.clip=0.05", "privacy.models.noise_multiplier=1.0", "privacy.models.adaptive.learning_rate=0.5",
+          "privacy.models.adaptive.count_noise_multiplier=1.0", "train.rounds=3"]
+    cfg, data = tiny(tmp_path, *dp)
+    stacked, _ = tiny(tmp_path, *dp, "train.engine=vectorized", "resources.partial_sums=true")
+    reference, vectorized = run_in_process(cfg, data), run_in_process(stacked, data)
+    assert reference[-1]["dp_clip"] != 0.05  # the norm adapted
+    for a, b in zip(reference, vectorized):  # unclipped sums would move the model far more than C = 0.05
+        assert a["dp_clip"] == pytest.approx(b["dp_clip"], rel=1e-9)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+
+
 @pytest.mark.parametrize("name", ALGORITHMS.names())
 def test_a_privacy_block_that_clips_nothing_and_adds_no_noise_changes_no_bit(tmp_path, name):
     cfg, data = tiny(tmp_path, f"algorithm.name={name}")

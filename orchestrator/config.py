@@ -394,6 +394,60 @@ class CheckpointConfig(Strict):
     dir: str = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
 
 
+class AdaptiveClipConfig(Strict):
+    """Quantile-based adaptive clipping (Andrew et al. 2021); docs/privacy.md."""
+
+    target_quantile: float = Field(0.5, gt=0, lt=1, description="γ: the share of updates the norm should let through")
+    learning_rate: float = Field(0.2, gt=0, description="η of the geometric step C ← C·exp(−η(b̃ − γ))")
+    count_noise_multiplier: float | None = Field(
+        None, ge=0, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
+
+
+class ModelPrivacyConfig(Strict):
+    """DP-FedAvg: each client's update clipped to `clip`, noise of std noise_multiplier·clip on the sum."""
+
+    clip: float | None = Field(None, gt=0, description="C: ℓ2 bound of an update θ_k − θ (the initial C if adaptive); "
+                               "null: no clipping, no noise")
+    noise_multiplier: float = Field(0.0, ge=0, description="z: noise std z·C on the sum, at the server")
+    local_noise_multiplier: float = Field(0.0, ge=0, description="noise std ·C on each update, at its client")
+    adaptive: AdaptiveClipConfig | None = None
+
+
+class StatsPrivacyConfig(Strict):
+    """Per-class feature sums and counts: features clipped to `clip`, noise added on the client."""
+
+    clip: float | None = Field(None, gt=0, description="ℓ2 bound of each feature summed; null: no clipping, no noise")
+    noise_multiplier: float = Field(0.0, ge=0, description="σ: noise std σ·clip per sum entry, σ per count")
+
+
+class PrivacyConfig(Strict):
+    """Off by default (docs/privacy.md). ε for `delta` is logged every round where there is noise."""
+
+    delta: float = Field(1e-5, gt=0, lt=1, description="δ of the (ε, δ) reported")
+    models: ModelPrivacyConfig = Field(default_factory=ModelPrivacyConfig)
+    stats: StatsPrivacyConfig = Field(default_factory=StatsPrivacyConfig)
+
+    @model_validator(mode="after")
+    def noise_needs_clip(self) -> PrivacyConfig:
+        m, s = self.models, self.stats
+        if m.clip is None and (m.noise_multiplier or m.local_noise_multiplier or m.adaptive):
+            raise NestedFieldError("models.clip", None, "noise or adaptive clipping needs a clipping norm (> 0)")
+        if s.clip is None and s.noise_multiplier:
+            raise NestedFieldError("stats.clip", None, "noise needs a clipping norm (> 0)")
+        return self
+
+    def settings(self, clients_per_round: int):
+        """The plain values the mechanisms take (tasks/privacy/settings.py)."""
+        from tasks.privacy.settings import AdaptiveClipping, ModelDP, Privacy, StatsDP
+
+        m, a = self.models, self.models.adaptive
+        adaptive = None if a is None else AdaptiveClipping(
+            a.target_quantile, a.learning_rate,
+            clients_per_round / 20 if a.count_noise_multiplier is None else a.count_noise_multiplier)
+        return Privacy(self.delta, ModelDP(m.clip, m.noise_multiplier, m.local_noise_multiplier, adaptive),
+                       StatsDP(self.stats.clip, self.stats.noise_multiplier))
+
+
 class ClaimCheck(Strict):
     """One of a paper's statements, judged on paired per-seed differences (method − baseline, same split)."""
 
@@ -446,6 +500,7 @@ class ExperimentConfig(Strict):
     participation: ParticipationConfig = Field(default_factory=ParticipationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     claims: ClaimsConfig | None = None
 
     @field_validator("name")
@@ -467,6 +522,10 @@ class ExperimentConfig(Strict):
             raise NestedFieldError("eval.personalized_clients", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         self.participation_covers_clients()
+        if self.participation.active and self.privacy_settings.active:
+            raise NestedFieldError("participation", self.participation.mode, "the privacy accountant assumes "
+                                   "clients_per_round sampled uniformly without replacement, which availability, "
+                                   "deadlines and dropouts change; run the privacy block without a participation block")
         if self.participation.mode == "buffered":
             from orchestrator.buffered import buffered_refusal
             from tasks.algorithms import ALGORITHMS
@@ -485,6 +544,19 @@ class ExperimentConfig(Strict):
         if missing:
             raise NestedFieldError("participation.system.trace", trace,
                                    f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
+
+    @model_validator(mode="after")
+    def privacy_fits(self) -> ExperimentConfig:
+        from tasks.privacy.coverage import refusal
+
+        key, value, problem = refusal(self.algorithm.block_name, self.privacy_settings, self.clients_per_round)
+        if problem:
+            raise NestedFieldError(key, value, problem)
+        return self
+
+    @property
+    def privacy_settings(self):
+        return self.privacy.settings(self.clients_per_round)
 
     @property
     def clients_per_round(self) -> int:

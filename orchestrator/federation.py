@@ -34,6 +34,8 @@ from tasks.algorithms.base import (
 from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
 from tasks.algorithms.engines import ClientRound, choose_engine, train_vectorized
 from tasks.data.federated import FederatedData
+from tasks.privacy.model_updates import private_client_update
+from tasks.privacy.server import ServerPrivacy
 
 SAMPLING_STREAM = 0x5A3
 EVAL_STREAM = 0xE7A
@@ -53,7 +55,8 @@ def train_settings(cfg) -> TrainSettings:
 def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algorithm:
     setup = Setup(num_classes=num_classes, input_shape=tuple(input_shape), num_clients=cfg.data.num_clients,
                   model_name=cfg.model.name, model_options=cfg.model.options, model_init=cfg.model.init,
-                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed)
+                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed,
+                  stats_privacy=cfg.privacy_settings.stats)
     return ALGORITHMS.get(cfg.algorithm.name)(cfg.algorithm.params_for(), setup)
 
 
@@ -91,6 +94,7 @@ class ClientHost:
         for cid, state in (client_states or {}).items():
             self.states.put(cid, state, 0)
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self._payload_received: Any = None
         self._payload_here: Any = None
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -178,9 +182,14 @@ class ClientHost:
         update, state = self.algorithm.client_update(self._here(payload), data, self._state(cid, round_idx),
                                                      self._context(cid, round_idx, seeds=seeds))
         self._keep_state(cid, state, round_idx)
-        update = to_device(update, "cpu")
+        update = self._private(to_device(update, "cpu"), payload, round_idx)
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
+
+    def _private(self, update: ClientUpdate, payload, round_idx: int) -> ClientUpdate:
+        if not self.model_dp.active:
+            return update
+        return private_client_update(update, payload, self.model_dp, self.cfg.seed, round_idx)
 
     def update_many(self, payload, cids: list[int], round_idx: int, errors: dict[int, str] | None = None,
                     summed: bool = False) -> dict[int, Any]:
@@ -191,7 +200,7 @@ class ClientHost:
         if self.engine == "sequential":
             seeds = self.round_seeds(cids, round_idx)
             updates = {cid: self.update(payload, cid, round_idx, seed) for cid, seed in zip(cids, seeds)}
-            return sum_updates(updates) if summed else updates
+            return sum_updates(updates, self.model_dp.active) if summed else updates
         start = time.perf_counter()
         updates, partials = {}, []
         for key, group in self._prepared_rounds(payload, cids, round_idx, errors).items():
@@ -213,7 +222,7 @@ class ClientHost:
             return ordered
         if self._sums_stacked():
             return {**ordered, PARTIAL_SUMS: partials}
-        return sum_updates(ordered)
+        return sum_updates(ordered, self.model_dp.active)
 
     def _prepared_rounds(self, payload, cids: list[int], round_idx: int,
                          errors: dict[int, str] | None) -> dict[Any, list[tuple[int, ClientRound]]]:
@@ -229,7 +238,8 @@ class ClientHost:
         """Whether a partial sum can be taken straight from the stacked trained models: the method sends its
         trained model as it is (FedAvg's client_result) and keeps no client state."""
         capabilities = self.algorithm.capabilities()
-        return capabilities.uploads_trained_model and not capabilities.keeps_client_state
+        return (capabilities.uploads_trained_model and not capabilities.keeps_client_state
+                and not self.model_dp.active)  # each update is clipped apart first
 
     @staticmethod
     def _summed_batch(group: list[tuple[int, ClientRound]], batch) -> tuple[PartialSum, dict[int, ClientUpdate]]:
@@ -253,7 +263,7 @@ class ClientHost:
         update, state = self.algorithm.client_result(result.state, result.train_loss, self._here(payload), r.data,
                                                      self._state(cid, r.ctx.round), r.ctx)
         self._keep_state(cid, state, r.ctx.round)
-        return to_device(update, "cpu")
+        return self._private(to_device(update, "cpu"), payload, r.ctx.round)
 
     def call_many(self, method: str, payload, cids: list[int], round_idx: int) -> tuple[dict[int, Any], dict[int, str]]:
         """`method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
@@ -263,7 +273,7 @@ class ClientHost:
         errors: dict[int, str] = {}
         if method == SUMMED and self.engine == "sequential":
             results, errors = self.call_many("update", payload, cids, round_idx)
-            return sum_updates(results), errors
+            return sum_updates(results, self.model_dp.active), errors
         if method in ("update", SUMMED) and self.engine != "sequential":
             try:
                 return self.update_many(payload, cids, round_idx, errors, summed=method == SUMMED), errors
@@ -362,18 +372,20 @@ class PartialSum:
     bytes_sent: int
 
 
-def sum_updates(results: dict[int, ClientUpdate]) -> dict[int, Any]:
-    """The updates without their model tensors, plus one `PartialSum` of them under PARTIAL_SUMS."""
+def sum_updates(results: dict[int, ClientUpdate], uniform: bool = False) -> dict[int, Any]:
+    """The updates without their model tensors, plus one `PartialSum` of them under PARTIAL_SUMS; `uniform`
+    (privacy.models: clipped models): every client weighs 1 rather than its sample count."""
     cids = sorted(results)
     if not cids:
         return {PARTIAL_SUMS: []}
     first = results[cids[0]].tensors
     sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in first.items() if torch.is_floating_point(v)}
+    weights = {cid: 1.0 if uniform else results[cid].num_samples for cid in cids}
     for cid in cids:
         update = results[cid]
         for key, acc in sums.items():
-            acc += update.tensors[key].to(torch.float64) * update.num_samples
-    partial = PartialSum(cids[0], float(sum(results[c].num_samples for c in cids)), sums,
+            acc += update.tensors[key].to(torch.float64) * weights[cid]
+    partial = PartialSum(cids[0], float(sum(weights.values())), sums,
                          {k: v for k, v in first.items() if k not in sums}, sum(nbytes(results[c].tensors) for c in cids))
     stripped: dict[int, Any] = {cid: replace(results[cid], tensors={}) for cid in cids}
     stripped[PARTIAL_SUMS] = [partial]
@@ -485,6 +497,8 @@ class Server:
         self.participation = Participation(cfg, data) if sync else None
         # FedBuff-style asynchronous aggregation instead of rounds (orchestrator/buffered.py)
         self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
+        self.privacy = ServerPrivacy(cfg.privacy_settings, self.algorithm.name, cfg.seed, data.num_clients,
+                                     cfg.clients_per_round)
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -493,7 +507,7 @@ class Server:
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
         snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
-                "set_up": self.set_up}
+                "set_up": self.set_up, "privacy": self.privacy.snapshot()}
         clock = self.participation or self.buffered
         return snap | ({"participation": clock.snapshot()} if clock else {})
 
@@ -503,6 +517,7 @@ class Server:
         clock = self.participation or self.buffered
         if clock:
             clock.restore(snap["participation"])
+        self.privacy.restore(snap.get("privacy", {}))
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -515,7 +530,7 @@ class Server:
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
-            payload = self.algorithm.payload(self.state, t)
+            payload = self.privacy.payload(self.algorithm.payload(self.state, t))
             plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
             if plan is not None:  # the clients available, in time, not dropped out
                 sampled = plan.kept
@@ -526,7 +541,7 @@ class Server:
                 cids = sorted(contributions)  # a client that failed here sits this round out
                 pre_bytes = nbytes([contributions[c] for c in cids])
                 self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
-                payload = self.algorithm.payload(self.state, t)
+                payload = self.privacy.payload(self.algorithm.payload(self.state, t))
         with phase("round: clients' updates"):
             results, failed_training = call(SUMMED if self.summed else "update", payload, cids, t)
         with phase("round: aggregate"):
@@ -539,12 +554,14 @@ class Server:
                 self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
             elif not self.summed:
                 self.state = self.algorithm.aggregate(self.state, updates, t)
+            self.state = self.privacy.private_state(self.state, updates, t, self.summed)
         self.round = t + 1
         with phase("round: metrics"):
             metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training),
                                           pre_bytes + sum(p.bytes_sent for p in partials))
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
+            metrics.update(self.privacy.metrics(self.round))
             if plan is not None:
                 metrics.update(self.participation.close(plan, metrics, nbytes(payload)))
         if self._eval_due():

@@ -36,6 +36,7 @@ from orchestrator import resume_config, run_lock, storage
 from orchestrator.config import ConfigError, ExperimentConfig, build_config, flatten
 from orchestrator.phases import Phases
 from orchestrator.tracking import Tracker
+from tasks.privacy.server import final_epsilons
 
 
 class RunError(Exception):
@@ -159,10 +160,13 @@ class RunResult:
     # accuracy first reached participation.target_accuracy; None without the block or the target
     simulated_seconds: float | None = None
     time_to_target: float | None = None
+    dp_epsilon: float | None = None  # privacy.models: ε for privacy.delta after the last round (docs/privacy.md)
+    dp_epsilon_stats: float | None = None  # privacy.stats: the same for the class statistics
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
-                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "history")
+                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "dp_epsilon", "dp_epsilon_stats",
+                "history")
         d = asdict(self)
         clock = {k: d[k] for k in ("simulated_seconds", "time_to_target")} if self.simulated_seconds is not None else {}
         return {k: d[k] for k in keys} | clock | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
@@ -193,7 +197,7 @@ def summary_metrics(history: list[dict[str, Any]], target: float | None = None) 
 
         out["simulated_seconds"] = float(clock[-1])
         out["time_to_target"] = time_to_accuracy(history, target) if target is not None else None
-    return out
+    return out | final_epsilons(history)  # privacy: the ε reached (None without noise)
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:
@@ -203,6 +207,7 @@ def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> Run
         final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
         personalized_accuracy=s["final_personalized_accuracy"],
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
+        dp_epsilon=s["dp_epsilon"], dp_epsilon_stats=s["dp_epsilon_stats"],
         personalized_eval_clients=evaluated_clients(cfg), simulated_seconds=s.get("simulated_seconds"),
         time_to_target=s.get("time_to_target"), **kw)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.commands.common import add_address_arg, add_config_args
+from tasks.privacy.server import EPSILON_KEYS
 
 if TYPE_CHECKING:
     from orchestrator.run import StopSignals
@@ -216,6 +217,9 @@ LEGEND = ("global: the server's model on the global test set · personalized: ea
           "test data · last round, %, mean ± std over seeds · –: no such model · MB sent: model traffic between "
           "server and clients, both ways, all rounds")
 
+PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model updates, trusted server · ε stats: "
+                  "sample-level, per client, of its class statistics (docs/privacy.md)")
+
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and (population) std over seeds; std is None with fewer than two values."""
@@ -237,6 +241,8 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
         entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
         entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
+        for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
+            entry[key] = mean_std([r.get(key) for r in rows])[0]
         table.append(entry | clock_columns(rows))
     return table
 
@@ -258,15 +264,22 @@ def format_accuracy(mean: float | None, std: float | None) -> str:
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
+    """The table; ε columns (models, class statistics) only where some variant ran with privacy noise, the
+    simulated clock's only where some variant ran with a participation block."""
     clock = any("simulated_seconds" in row for row in table)
+    private = [key for key in EPSILON_KEYS if any(row.get(key) is not None for row in table)]
+    titles = {"dp_epsilon": "ε models", "dp_epsilon_stats": "ε stats"}
     lines = [f"{'variant':<28} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
+             + "".join(f" {titles[key]:>9}" for key in private)
              + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")]
     for row in table:
         acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
         mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
-        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}"
+        eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
+        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
                      + (f" {format_clock(row)}" if clock else ""))
-    return "\n".join(lines + [LEGEND])
+    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
+    return "\n".join(lines + legend)
 
 
 def clock_cells(row: dict[str, Any]) -> tuple[str, str]:

@@ -6,7 +6,7 @@
     params:                                # keyed by dotted config paths
       algorithm.fedfa.mu: {type: float, low: 0.01, high: 10, log: true}
       data.partition.alpha: {type: categorical, choices: [0.05, 0.1, 0.5]}
-    objective: {metric: accuracy, aggregate: final}      # maximised
+    objective: {metric: accuracy, aggregate: final}      # maximised; max_epsilon: 8 prunes trials over ε = 8
     n_trials: 20
     sampler: {name: tpe, seed: 0}          # tpe | random | grid
     pruner: {name: median, n_startup_trials: 5}         # median | successive_halving | none
@@ -122,6 +122,10 @@ class ObjectiveConfig(Strict):
 
     metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, ...")
     aggregate: Literal["final", "best", "last5", "top5"] = "final"
+    max_epsilon: float | None = Field(None, gt=0, description="privacy budget: a trial is pruned the round its ε "
+                                      "(epsilon_metric, for privacy.delta) exceeds it, and one that logs no ε is too")
+    epsilon_metric: Literal["dp_epsilon", "dp_epsilon_stats"] = Field(
+        "dp_epsilon", description="the ε the budget bounds: model updates', or the class statistics'")
 
     @property
     def spec(self) -> str:

@@ -56,6 +56,23 @@ def check_finite_losses(metrics: dict[str, Any]) -> None:
             raise Diverged(f"diverged: {key} = {value} at round {metrics.get('round')}")
 
 
+class OverBudget(Exception):
+    """A trial's ε passed the sweep's privacy budget (objective.max_epsilon), or it logs none to bound."""
+
+
+def check_budget(metrics: dict[str, Any], objective: Any, last_round: int) -> None:
+    """Raise OverBudget once the round's ε exceeds objective.max_epsilon (ε only grows with the rounds), or at
+    the last round of a run that logged no ε (no noise: no bound holds)."""
+    if objective.max_epsilon is None:
+        return
+    key, bound = objective.epsilon_metric, objective.max_epsilon
+    epsilon = metrics.get(key)
+    if epsilon is not None and epsilon > bound:
+        raise OverBudget(f"pruned after round {metrics.get('round')}: {key} = {epsilon:.3g} exceeds max_epsilon = {bound:g}")
+    if epsilon is None and metrics.get("round") == last_round:
+        raise OverBudget(f"pruned: the run logs no {key} (no privacy noise), so max_epsilon = {bound:g} cannot hold")
+
+
 def run_trial(job: TrialJob) -> TrialOutcome:
     """The Ray task of one trial: the run, reporting the objective's metric to Optuna after every round."""
     import optuna
@@ -75,6 +92,7 @@ def run_trial(job: TrialJob) -> TrialOutcome:
     def on_round(metrics: dict[str, Any]) -> None:
         history.append(metrics)
         check_finite_losses(metrics)
+        check_budget(metrics, job.objective, job.cfg.train.rounds)
         value = metrics.get(metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return
@@ -90,7 +108,7 @@ def run_trial(job: TrialJob) -> TrialOutcome:
         result = run_experiment(job.cfg, progress=False, parent_run_id=job.parent_run_id, on_round=on_round)
     except optuna.TrialPruned as e:
         return outcome("pruned", reason=str(e))
-    except Diverged as e:
+    except (Diverged, OverBudget) as e:
         return outcome("pruned", reason=str(e))
     except Exception as e:  # whatever a trial raises fails that trial only; the sweep goes on
         return outcome("failed", reason=one_line(e))

@@ -12,6 +12,7 @@ from orchestrator.config import (
     with_overrides,
 )
 from pipelines.sweep_file import Sweep
+from pipelines.sweep_objective import final_score, round_value
 from pipelines.sweep_optuna import build_pruner, open_storage, quiet_optuna
 from pipelines.trial_store import TrialReporter, TrialStore
 
@@ -78,7 +79,6 @@ def run_trial(job: TrialJob) -> TrialOutcome:
     import optuna
 
     from orchestrator.run import run_experiment
-    from pipelines.compare import aggregate_metric
 
     quiet_optuna()
     t0 = time.perf_counter()
@@ -87,16 +87,17 @@ def run_trial(job: TrialJob) -> TrialOutcome:
                               sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(job.pruner))
     trial = TrialReporter(study, TrialStore(storage_obj, job.study_name), job.number)
     metric = job.objective.metric
+    target = job.cfg.participation.target_accuracy
     history: list[dict[str, Any]] = []
 
     def on_round(metrics: dict[str, Any]) -> None:
         history.append(metrics)
         check_finite_losses(metrics)
         check_budget(metrics, job.objective, job.cfg.train.rounds)
-        value = metrics.get(metric)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        value = round_value(job.objective, history, target)
+        if value is None:
             return
-        trial.report(float(value), step=int(metrics["round"]))
+        trial.report(value, step=int(metrics["round"]))
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned after round {metrics['round']}: {metric} = {value:.4f}")
 
@@ -112,11 +113,8 @@ def run_trial(job: TrialJob) -> TrialOutcome:
         return outcome("pruned", reason=str(e))
     except Exception as e:  # whatever a trial raises fails that trial only; the sweep goes on
         return outcome("failed", reason=one_line(e))
-    value = aggregate_metric(result.history, job.objective.spec)
-    if value is None:
-        keys = sorted({k for m in result.history for k in m})
-        return outcome("failed", reason=f"objective metric {metric!r} is not in the run's metrics ({', '.join(keys)})")
-    return outcome("complete", value=value)
+    score = final_score(job.objective, result.history, target)
+    return outcome(score.state, value=score.value, reason=score.reason)
 
 
 def one_line(e: BaseException) -> str:

@@ -3,7 +3,9 @@ tests/test_cluster_multinode.py submits it): the package my_lab with a method (d
 documented code is the tested code), a model and a dataset of its own, and a config naming them."""
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -66,6 +68,14 @@ def lab_config(tmp: Path, algorithm: str = MY_PROX, **algorithm_blocks) -> dict:
             "train": {"rounds": 3, "optimizer": {"name": "sgd", "lr": 0.1}, "engine": "sequential"},
             "checkpoint": {"dir": str(tmp / "runs"), "every": 0},
             "tracking": {"uri": f"sqlite:///{tmp / 'mlflow.db'}"}}
+
+
+def forget_lab() -> None:
+    """Drop my_lab and its modules from this process's imports, as a new process starts without them: every test's
+    project is a package of that same name in its own directory, so one imported earlier would hide the next."""
+    for name in [m for m in sys.modules if m == "my_lab" or m.startswith("my_lab.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def write_lab(root: Path) -> Path:

@@ -24,7 +24,7 @@ from orchestrator.cluster import JobsAPI
 from orchestrator.run import RunError
 from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, wait_until
 from tests.conftest import postgres_reachable
-from tests.outside_lab import MY_PROX, write_lab
+from tests.outside_lab import MY_PROX, forget_lab, write_lab
 
 pytestmark = pytest.mark.cluster
 
@@ -159,9 +159,13 @@ def test_the_outside_method_ran_on_the_cluster_as_in_one_process(submitted_run, 
     history = json.loads((run_dir(lab) / "result.json").read_text())["history"]
     monkeypatch.chdir(lab)
     monkeypatch.syspath_prepend(str(lab))
-    cfg = load_config("lab.yaml", [s for s in sets if not s.startswith("tracking.")] + ["tracking.enabled=false"])
-    assert [m["round"] for m in history] == [1, 2]
-    assert history == run_in_process(cfg, prepare_data(cfg))
+    forget_lab()
+    try:
+        cfg = load_config("lab.yaml", [s for s in sets if not s.startswith("tracking.")] + ["tracking.enabled=false"])
+        assert [m["round"] for m in history] == [1, 2]
+        assert history == run_in_process(cfg, prepare_data(cfg))
+    finally:
+        forget_lab()
 
 
 def test_jobs_lists_shows_and_prints_the_logs_of_the_submitted_job(submitted_run, cluster, monkeypatch, capsys):

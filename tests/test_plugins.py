@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.config import ConfigError, load_config
-from tests.outside_lab import DESIGN, METHOD, MY_PROX, lab_config, write_lab
+from tests.outside_lab import DESIGN, METHOD, MY_PROX, forget_lab, lab_config, write_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +33,7 @@ def lab(tmp_path_factory):
 @contextlib.contextmanager
 def working_directory(path: Path):
     before = os.getcwd()
+    forget_lab()
     os.chdir(path)
     try:
         yield
@@ -40,6 +41,7 @@ def working_directory(path: Path):
         os.chdir(before)
         if str(path) in sys.path:
             sys.path.remove(str(path))
+        forget_lab()
 
 
 def test_the_method_file_is_under_40_lines():

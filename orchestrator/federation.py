@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.buffered import BufferedAggregation, run_version
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.client_store import ClientStateStore
 from orchestrator.evaluation import accuracies_on_test_sets, personalized_eval_clients, personalized_summary
 from orchestrator.methods import build_algorithm
 from orchestrator.partial_sums import fold_partial_sums, sums_updates
+from orchestrator.participation import Participation
 from orchestrator.phases import Phases
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import State, derive_seed, nbytes
 from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
 from tasks.data.federated import FederatedData
+from tasks.privacy.server import ServerPrivacy
 
 SAMPLING_STREAM = 0x5A3
 
@@ -89,6 +92,13 @@ class Server:
         self.set_up = not self.algorithm.capabilities().setup_exchange
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
+        # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/participation.py)
+        sync = cfg.participation.active and cfg.participation.mode == "sync"
+        self.participation = Participation(cfg, data) if sync else None
+        # FedBuff-style asynchronous aggregation instead of rounds (orchestrator/buffered.py)
+        self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
+        self.privacy = ServerPrivacy(cfg.privacy_settings, self.algorithm.name, cfg.seed, data.num_clients,
+                                     cfg.clients_per_round)
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -96,12 +106,18 @@ class Server:
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
-        return {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
-                "set_up": self.set_up}
+        snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
+                "set_up": self.set_up, "privacy": self.privacy.snapshot()}
+        clock = self.participation or self.buffered
+        return snap | ({"participation": clock.snapshot()} if clock else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
         self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
+        clock = self.participation or self.buffered
+        if clock:
+            clock.restore(snap["participation"])
+        self.privacy.restore(snap.get("privacy", {}))
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -109,10 +125,15 @@ class Server:
         self.set_up = True
 
     def run_round(self, call: CallClients) -> dict[str, Any]:
+        if self.buffered is not None:
+            return run_version(self, call)
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
             sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
-            payload = self.algorithm.payload(self.state, t)
+            payload = self.privacy.payload(self.algorithm.payload(self.state, t))
+            plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
+            if plan is not None:  # the clients available, in time, not dropped out
+                sampled = plan.kept
         cids, failed, pre_bytes = sampled, [], 0
         if self.algorithm.capabilities().pre_round_exchange:
             with phase("round: pre-round exchange"):
@@ -121,7 +142,7 @@ class Server:
                 cids = sorted(contributions)  # a client that failed here sits this round out
                 pre_bytes = nbytes([contributions[c] for c in cids])
                 self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
-                payload = self.algorithm.payload(self.state, t)
+                payload = self.privacy.payload(self.algorithm.payload(self.state, t))
         with phase("round: clients' updates"):
             trained = call(ClientCall(CallKind.UPDATE, payload, cids, t, summed=self.summed))
             results, partials, failed_training = trained.results, trained.partial_sums, trained.failed
@@ -134,12 +155,16 @@ class Server:
                 self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
             elif not self.summed:
                 self.state = self.algorithm.aggregate(self.state, updates, t)
+            self.state = self.privacy.private_state(self.state, updates, t, self.summed)
         self.round = t + 1
         with phase("round: metrics"):
             metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training),
                                           pre_bytes + sum(p.bytes_sent for p in partials))
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
+            metrics.update(self.privacy.metrics(self.round))
+            if plan is not None:
+                metrics.update(self.participation.close(plan, metrics, nbytes(payload)))
         if self._eval_due():
             with phase("round: evaluate"):
                 metrics.update(self.evaluate(call))

@@ -17,5 +17,6 @@ def train_settings(cfg) -> TrainSettings:
 def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algorithm:
     setup = Setup(num_classes=num_classes, input_shape=tuple(input_shape), num_clients=cfg.data.num_clients,
                   model_name=cfg.model.name, model_options=cfg.model.options, model_init=cfg.model.init,
-                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed)
+                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed,
+                  stats_privacy=cfg.privacy_settings.stats)
     return ALGORITHMS.get(cfg.algorithm.name)(cfg.algorithm.params_for(), setup)

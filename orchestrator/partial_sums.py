@@ -22,18 +22,21 @@ class PartialSum:
     bytes_sent: int
 
 
-def sum_updates(results: dict[int, ClientUpdate]) -> tuple[dict[int, ClientUpdate], list[PartialSum]]:
-    """The updates without their model tensors, and one `PartialSum` of them (none without updates)."""
+def sum_updates(results: dict[int, ClientUpdate],
+                uniform: bool = False) -> tuple[dict[int, ClientUpdate], list[PartialSum]]:
+    """The updates without their model tensors, and one `PartialSum` of them (none without updates); `uniform`
+    (privacy.models: clipped models): every client weighs 1 rather than its sample count."""
     cids = sorted(results)
     if not cids:
         return {}, []
     first = results[cids[0]].tensors
     sums = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in first.items() if torch.is_floating_point(v)}
+    weights = {cid: 1.0 if uniform else results[cid].num_samples for cid in cids}
     for cid in cids:
         update = results[cid]
         for key, acc in sums.items():
-            acc += update.tensors[key].to(torch.float64) * update.num_samples
-    partial = PartialSum(cids[0], float(sum(results[c].num_samples for c in cids)), sums,
+            acc += update.tensors[key].to(torch.float64) * weights[cid]
+    partial = PartialSum(cids[0], float(sum(weights.values())), sums,
                          {k: v for k, v in first.items() if k not in sums}, sum(nbytes(results[c].tensors) for c in cids))
     return {cid: replace(results[cid], tensors={}) for cid in cids}, [partial]
 

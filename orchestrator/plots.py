@@ -118,6 +118,47 @@ def plot_comparison(curves: dict[str, History | list[History] | dict[int, Histor
     return _save(plt, fig, path)
 
 
+def has_clock(curves: dict[str, History | list[History] | dict[int, History]]) -> bool:
+    """Whether the runs carry a simulated clock (the participation block)."""
+    return any(m.get("simulated_seconds") is not None for h in curves.values() for run in _as_histories(h)
+               for m in run)
+
+
+def time_curve(history: History, key: str = "accuracy") -> tuple[np.ndarray, np.ndarray]:
+    """(simulated seconds at the end of each evaluated round, `key` there) of one run."""
+    points = [(m["simulated_seconds"], m[key]) for m in history
+              if m.get("simulated_seconds") is not None and m.get(key) is not None and m[key] == m[key]]
+    return np.array([p[0] for p in points], dtype=float), np.array([p[1] for p in points], dtype=float)
+
+
+def plot_against_time(curves: dict[str, History | list[History] | dict[int, History]], path: str | Path,
+                      title: str = "") -> Path:
+    """Accuracy against simulated time (the participation block's clock), a panel per kind of accuracy as in
+    plot_comparison: one line per method and seed, each on its seed's own clock (the clocks differ, so no mean is
+    taken), a method's seeds in its style."""
+    from matplotlib.lines import Line2D
+
+    runs = {name: _as_histories(h) for name, h in curves.items()}
+    styles = method_styles(list(runs))
+    panels = [(key, label) for key, label in PANELS
+              if any(len(time_curve(run, key)[0]) for hs in runs.values() for run in hs)] or [PANELS[0]]
+    plt = import_pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.4, 4.2), squeeze=False, sharey=True)
+    for ax, (key, label) in zip(axes[0], panels):
+        for name, histories in runs.items():
+            for history in histories:
+                seconds, values = time_curve(history, key)
+                ax.plot(seconds, 100 * values, lw=1.2, alpha=0.85, drawstyle="steps-post", **styles[name])
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("simulated seconds")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy (%)")
+    handles = [Line2D([], [], lw=1.6, **styles[name]) for name in runs]
+    fig.legend(handles, list(runs), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    return _save(plt, fig, path)
+
+
 def experiment_title(cfg, seeds: list[int], what: str = "") -> str:
     """What a figure compares: the config, (the method,) dataset, clients, partition and seeds."""
     p = cfg.data.partition

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config import ExperimentConfig, flatten
+from tasks.privacy.server import final_epsilons
 
 
 @dataclass
@@ -25,12 +26,20 @@ class RunResult:
     startup_seconds: float = 0.0
     phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
     personalized_eval_clients: str | None = None  # whose own models were evaluated: "all", or their ids
+    # the participation block's simulated clock (orchestrator/participation.py): its total, and when the global
+    # accuracy first reached participation.target_accuracy; None without the block or the target
+    simulated_seconds: float | None = None
+    time_to_target: float | None = None
+    dp_epsilon: float | None = None  # privacy.models: ε for privacy.delta after the last round (docs/privacy.md)
+    dp_epsilon_stats: float | None = None  # privacy.stats: the same for the class statistics
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
-                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "history")
+                "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "dp_epsilon", "dp_epsilon_stats",
+                "history")
         d = asdict(self)
-        return {k: d[k] for k in keys} | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
+        clock = {k: d[k] for k in ("simulated_seconds", "time_to_target")} if self.simulated_seconds is not None else {}
+        return {k: d[k] for k in keys} | clock | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
 
 
 def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
@@ -42,8 +51,9 @@ def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
     return float(v)
 
 
-def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The figures every run is judged and sorted by, the same keys for every method (None where absent)."""
+def summary_metrics(history: list[dict[str, Any]], target: float | None = None) -> dict[str, float | None]:
+    """The figures every run is judged and sorted by, the same keys for every method (None where absent); with
+    a simulated clock (the participation block) also its total, and the time to `target` global accuracy."""
     out: dict[str, float | None] = {}
     for prefix, key in (("global", "accuracy"), ("personalized", "personalized_accuracy")):
         values = [v for v in (headline(m, key) for m in history) if v is not None]
@@ -51,17 +61,25 @@ def summary_metrics(history: list[dict[str, Any]]) -> dict[str, float | None]:
         out[f"best_{prefix}_accuracy"] = max(values) if values else None
     sent = [m["bytes_total"] for m in history if m.get("bytes_total") is not None]
     out["bytes_sent"] = float(sent[-1]) if sent else None
-    return out
+    clock = [m["simulated_seconds"] for m in history if m.get("simulated_seconds") is not None]
+    if clock:
+        from orchestrator.participation import time_to_accuracy
+
+        out["simulated_seconds"] = float(clock[-1])
+        out["time_to_target"] = time_to_accuracy(history, target) if target is not None else None
+    return out | final_epsilons(history)  # privacy: the ε reached (None without noise)
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:
-    s = summary_metrics(history)
+    s = summary_metrics(history, cfg.participation.target_accuracy)
     return RunResult(
         algorithm=cfg.algorithm.name, seed=cfg.seed,
         final_accuracy=s["final_global_accuracy"], best_accuracy=s["best_global_accuracy"],
         personalized_accuracy=s["final_personalized_accuracy"],
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
-        personalized_eval_clients=evaluated_clients(cfg), **kw)
+        dp_epsilon=s["dp_epsilon"], dp_epsilon_stats=s["dp_epsilon_stats"],
+        personalized_eval_clients=evaluated_clients(cfg), simulated_seconds=s.get("simulated_seconds"),
+        time_to_target=s.get("time_to_target"), **kw)
 
 
 def evaluated_clients(cfg: ExperimentConfig) -> str | None:

@@ -86,8 +86,8 @@ def _run_holding(ctx: RunContext) -> RunResult:
     with ctx.phases("end: artifacts"):
         finish_artifacts(ctx.cfg, result, final_state, ctx.log, tracker)
     with ctx.phases("end: MLflow"):
-        tracker.log_summary(summary_metrics(record.history) | {"wall_seconds": result.wall_seconds,
-                                                               "rounds": len(record.history)},
+        summary = summary_metrics(record.history, ctx.cfg.participation.target_accuracy)
+        tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(record.history)},
                             step=len(record.history))
         tracker.end(status)
     result.phases = ctx.phases.as_dict()

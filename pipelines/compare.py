@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.commands.common import add_address_arg, add_config_args
+from tasks.privacy.server import EPSILON_KEYS
 
 if TYPE_CHECKING:
     from orchestrator.signals import StopSignals
@@ -134,7 +135,7 @@ def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=pri
             continue
         out.histories.setdefault(job.variant, {})[job.seed] = r.history
         out.rows.append({"variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
-                         **summary_metrics(r.history), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
+                         **summary_metrics(r.history, job.cfg.participation.target_accuracy), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
                          "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir})
     if stop.signum is not None:
         out.stopped = Stopped(stop.signum, [j for j in jobs if (j.variant, j.seed) not in results])
@@ -217,6 +218,9 @@ LEGEND = ("global: the server's model on the global test set · personalized: ea
           "test data · last round, %, mean ± std over seeds · –: no such model · MB sent: model traffic between "
           "server and clients, both ways, all rounds")
 
+PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model updates, trusted server · ε stats: "
+                  "sample-level, per client, of its class statistics (docs/privacy.md)")
+
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and (population) std over seeds; std is None with fewer than two values."""
@@ -238,8 +242,20 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
         entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
         entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
-        table.append(entry)
+        for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
+            entry[key] = mean_std([r.get(key) for r in rows])[0]
+        table.append(entry | clock_columns(rows))
     return table
+
+
+def clock_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """With a simulated clock (the participation block): its mean total over seeds, and the mean time to the
+    target accuracy over the seeds that reached it, with how many did."""
+    if not any(r.get("simulated_seconds") is not None for r in rows):
+        return {}
+    reached = [r["time_to_target"] for r in rows if r.get("time_to_target") is not None]
+    return {"simulated_seconds": mean_std([r.get("simulated_seconds") for r in rows])[0],
+            "time_to_target": mean_std(reached)[0], "target_reached": len(reached)}
 
 
 def format_accuracy(mean: float | None, std: float | None) -> str:
@@ -249,12 +265,34 @@ def format_accuracy(mean: float | None, std: float | None) -> str:
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
-    lines = [f"{'variant':<28} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"]
+    """The table; ε columns (models, class statistics) only where some variant ran with privacy noise, the
+    simulated clock's only where some variant ran with a participation block."""
+    clock = any("simulated_seconds" in row for row in table)
+    private = [key for key in EPSILON_KEYS if any(row.get(key) is not None for row in table)]
+    titles = {"dp_epsilon": "ε models", "dp_epsilon_stats": "ε stats"}
+    lines = [f"{'variant':<28} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
+             + "".join(f" {titles[key]:>9}" for key in private)
+             + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")]
     for row in table:
         acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
         mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
-        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}")
-    return "\n".join(lines + [LEGEND])
+        eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
+        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
+                     + (f" {format_clock(row)}" if clock else ""))
+    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
+    return "\n".join(lines + legend)
+
+
+def clock_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The simulated total and the time to target (seeds that reached it / seeds), or dashes."""
+    total = "–" if row.get("simulated_seconds") is None else f"{row['simulated_seconds']:.0f}"
+    target = "–" if row.get("time_to_target") is None else f"{row['time_to_target']:.0f} ({row['target_reached']}/{row['seeds']})"
+    return total, target
+
+
+def format_clock(row: dict[str, Any]) -> str:
+    total, target = clock_cells(row)
+    return f"{total:>9} {target:>14}"
 
 
 def parent_metrics(table: list[dict[str, Any]]) -> dict[str, float]:
@@ -268,7 +306,7 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from orchestrator.plots import plot_comparison
+    from orchestrator.plots import has_clock, plot_against_time, plot_comparison
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(comp.rows)
@@ -279,8 +317,11 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     pq.write_table(summary, out_dir / "summary.parquet")
     (out_dir / "histories.json").write_text(json.dumps(comp.histories))
     plot_comparison(comp.histories, out_dir / "accuracy.png", title=title)
-    return [out_dir / n for n in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "histories.json",
-                                  "accuracy.png")]
+    names = ["runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "histories.json", "accuracy.png"]
+    if has_clock(comp.histories):
+        plot_against_time(comp.histories, out_dir / "accuracy_time.png", title=title)
+        names.append("accuracy_time.png")
+    return [out_dir / n for n in names]
 
 
 # ------------------------------------------------------------------------------------------ pipeline

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import report
-from pipelines.compare import ACCURACIES, LEGEND, Comparison, format_accuracy
+from pipelines.compare import ACCURACIES, LEGEND, Comparison, clock_cells, format_accuracy
 
 
 def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], variants: dict[str, dict[str, Any]],
@@ -15,18 +15,23 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     def mb(value: float | None) -> str | None:
         return None if value is None else f"{value / 1e6:.1f}"
 
+    clock = any("simulated_seconds" in row for row in table)  # the participation block's simulated clock
     summary = report.Table("Summary", ["variant", "seeds", "global accuracy", "personalized accuracy", "MB sent",
-                                       "seconds a run"],
+                                       "seconds a run"] + (["simulated seconds", "to target"] if clock else []),
                            [[row["variant"], str(row["seeds"]),
                              *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
                                for name, _ in ACCURACIES],
-                             mb(row["bytes_sent"]), f"{row['wall_seconds']:.0f}"] for row in table])
+                             mb(row["bytes_sent"]), f"{row['wall_seconds']:.0f}"]
+                            + (list(clock_cells(row)) if clock else []) for row in table])
     runs = report.Table("Runs", ["variant", "parameters", "seed", "global accuracy", "personalized accuracy", "rounds",
                                  "MLflow run"],
                         [[row["variant"], ", ".join(f"{k}={v}" for k, v in variants[row["variant"]].items()),
                           str(row["seed"]), *[format_accuracy(row[key], None) for _, key in ACCURACIES],
                           str(row["rounds"]), run_link(tracker, row["mlflow_run_id"])] for row in comp.rows])
-    parts = [summary, report.Note(LEGEND), report.Figure("Accuracy by round", out_dir / "accuracy.png"), runs]
+    figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
+    if clock:
+        figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))
+    parts = [summary, report.Note(LEGEND), *figures, runs]
     return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
 
 

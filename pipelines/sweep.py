@@ -25,8 +25,9 @@ from pathlib import Path
 
 from orchestrator import storage
 from orchestrator.run_errors import RunError
-from pipelines.sweep_driver import Driver, SweepResult, format_params, pct
+from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
+from pipelines.sweep_objective import shown
 from pipelines.sweep_optuna import best_trial, open_storage, open_study, quiet_optuna
 from pipelines.sweep_tracking import report_study, start_parent_run, trial_counts
 from pipelines.trial_store import TrialStore
@@ -95,7 +96,7 @@ def print_result(result: SweepResult, metric: str, out=None) -> None:
     print(f"study {result.study_name}: {result.complete} complete, {result.pruned} pruned, {result.failed} failed",
           file=out)
     if result.best_number is not None:
-        print(f"best trial {result.best_number}: {metric} = {result.best_value:.6f} ({pct(result.best_value)})  "
+        print(f"best trial {result.best_number}: {metric} = {result.best_value:.6f} ({shown(result.best_value, metric)})  "
               f"{format_params(result.best_params)}", file=out)
     if result.parent_run_id:
         print(f"MLflow parent run {result.parent_run_id}; browse with `mooring ui`", file=out)

@@ -28,8 +28,9 @@ def configure(parser) -> None:
 def main(args) -> int:
     from orchestrator.config import ConfigError
     from pipelines.sweep import load_best, print_result, run_sweep
-    from pipelines.sweep_driver import format_params, pct
+    from pipelines.sweep_driver import format_params
     from pipelines.sweep_file import load_sweep
+    from pipelines.sweep_objective import shown
 
     for flag, value in (("--n-trials", args.n_trials), ("--parallel", args.parallel)):
         if value is not None and value < 1:
@@ -44,7 +45,7 @@ def main(args) -> int:
             raise ConfigError(f"--out {out}: directory {Path(out).absolute().parent} does not exist")
         with open(out, "w") as f:
             f.write(cfg.to_yaml())
-        print(f"best trial {trial.number}: {metric} = {trial.value:.6f} ({pct(trial.value)})  {format_params(trial.params)}")
+        print(f"best trial {trial.number}: {metric} = {trial.value:.6f} ({shown(trial.value, metric)})  {format_params(trial.params)}")
         print(f"wrote {out}; run it with `mooring run {out}`")
         return 0
     result = run_sweep(sweep, address=args.address, echo=lambda line: print(line, file=sys.stderr, flush=True))

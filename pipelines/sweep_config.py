@@ -6,7 +6,8 @@
     params:                                # keyed by dotted config paths
       algorithm.fedfa.mu: {type: float, low: 0.01, high: 10, log: true}
       data.partition.alpha: {type: categorical, choices: [0.05, 0.1, 0.5]}
-    objective: {metric: accuracy, aggregate: final}      # maximised
+    objective: {metric: accuracy, aggregate: final}      # maximised; max_epsilon: 8 prunes trials over ε = 8
+    # direction: maximize (default) | minimize; or {metric: time_to_target, direction: minimize}: simulated seconds
     n_trials: 20
     sampler: {name: tpe, seed: 0}          # tpe | random | grid
     pruner: {name: median, n_startup_trials: 5}         # median | successive_halving | none
@@ -16,6 +17,7 @@ Every block forbids unknown keys; a problem is one line (ConfigError), as for ex
 from __future__ import annotations
 
 import math
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -116,16 +118,46 @@ def param_from_search_space(spec: dict[str, Any]) -> FloatParam | IntParam | Cat
 
 
 # ------------------------------------------------------------------------------------- the blocks
-class ObjectiveConfig(Strict):
-    """What a trial is worth: KEY of each round's metrics, reduced by AGG over the rounds; maximised.
-    The pruner sees KEY after every round."""
+class Direction(str, Enum):
+    """Which way a sweep optimises its objective: Optuna's study direction, which its pruner follows too."""
 
-    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, ...")
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
+TIME_TO_TARGET = "time_to_target"  # the objective metric that is a run's simulated seconds to its target accuracy
+
+
+class ObjectiveConfig(Strict):
+    """What a trial is worth: KEY of each round's metrics, reduced by AGG over the rounds, in `direction`; or
+    `time_to_target`, the simulated seconds to participation.target_accuracy, minimised (pipelines/sweep_objective.py).
+    The pruner sees KEY (for time_to_target, a lower bound of it) after every round."""
+
+    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, time_to_target, ...")
     aggregate: Literal["final", "best", "last5", "top5"] = "final"
+    direction: Direction = Direction.MAXIMIZE
+    max_epsilon: float | None = Field(None, gt=0, description="privacy budget: a trial is pruned the round its ε "
+                                      "(epsilon_metric, for privacy.delta) exceeds it, and one that logs no ε is too")
+    epsilon_metric: Literal["dp_epsilon", "dp_epsilon_stats"] = Field(
+        "dp_epsilon", description="the ε the budget bounds: model updates', or the class statistics'")
+
+    @model_validator(mode="after")
+    def direction_fits(self):
+        if self.metric == TIME_TO_TARGET:
+            if self.direction is not Direction.MINIMIZE:
+                raise ValueError("time_to_target is simulated seconds, to be minimised: set direction: minimize")
+            if "aggregate" in self.model_fields_set:
+                raise ValueError("time_to_target is one figure per run: remove aggregate")
+            if self.max_epsilon is not None:
+                raise ValueError("time_to_target runs the participation block, which a privacy block (hence "
+                                 "max_epsilon) cannot go with: remove max_epsilon")
+        elif self.direction is Direction.MINIMIZE and self.aggregate in ("best", "top5"):
+            raise ValueError(f"aggregate {self.aggregate} takes the highest rounds; to minimise use final or last5")
+        return self
 
     @property
     def spec(self) -> str:
-        return f"{self.metric}:{self.aggregate}"
+        return TIME_TO_TARGET if self.metric == TIME_TO_TARGET else f"{self.metric}:{self.aggregate}"
 
 
 class TPESampler(Strict):

@@ -14,6 +14,7 @@ from orchestrator.config import (
 )
 from orchestrator.run_errors import RunError
 from pipelines.sweep_file import Sweep, absolute_paths_of
+from pipelines.sweep_objective import shown
 from pipelines.sweep_optuna import best_trial, distributions, quiet_optuna
 from pipelines.sweep_tracking import tag_trial_run
 from pipelines.sweep_trial import TrialJob, TrialOutcome, one_line, run_trial, trial_config
@@ -184,11 +185,11 @@ class Driver:
     def progress_line(self, number: int, outcome: TrialOutcome) -> str:
         metric = self.sweep.config.objective.spec
         if outcome.state == "complete":
-            what = f"complete {metric} = {pct(outcome.value)}"
+            what = f"complete {metric} = {shown(outcome.value, metric)}"
         else:
             what = f"{outcome.state:<8} {outcome.reason}"
         best = best_trial(self.study)
-        best_text = f"best {pct(best.value)} (trial {best.number})" if best else "best -"
+        best_text = f"best {shown(best.value, metric)} (trial {best.number})" if best else "best -"
         return (f"trial {number} {what}  [{outcome.rounds} rounds, {outcome.wall_seconds:.0f} s]  {best_text}  "
                 f"{self.done()}/{self.sweep.n_trials} done")
 

@@ -25,6 +25,7 @@ from pipelines.sweep_config import (
     param_from_search_space,
     read_sweep_config,
 )
+from pipelines.sweep_objective import check_objective
 
 
 @dataclass
@@ -56,6 +57,7 @@ def load_sweep(path: str | Path, *, n_trials: int | None = None, storage_url: st
     base = base_experiment(config, Path(path), list(overrides))
     space = search_space(config, base, source)
     check_enqueued(config, base, space, source)
+    check_objective(config.objective, base, source)
     grid_points = config.sampler.points if isinstance(config.sampler, GridSampler) else 0
     default_trials = grid_size(space, grid_points) if grid_points else 20
     return Sweep(source=source, config=config, base=base, space=space,

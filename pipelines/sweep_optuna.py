@@ -15,6 +15,7 @@ from pipelines.sweep_config import (
     SuccessiveHalvingPruner,
 )
 from pipelines.sweep_file import Sweep, redacted
+from pipelines.sweep_objective import study_direction
 
 
 def quiet_optuna():
@@ -83,8 +84,9 @@ def open_study(sweep: Sweep, storage_obj):
     """(study, created): created is True for the one driver whose call made the study."""
     optuna = quiet_optuna()
     pruner = build_pruner(sweep.config.pruner)
+    direction = study_direction(sweep.config.objective)
     try:
-        study = optuna.create_study(study_name=sweep.study_name, storage=storage_obj, direction="maximize",
+        study = optuna.create_study(study_name=sweep.study_name, storage=storage_obj, direction=direction,
                                     sampler=build_sampler(sweep, sweep.config.sampler.seed), pruner=pruner)
         return study, True
     except optuna.exceptions.DuplicatedStudyError:
@@ -94,8 +96,9 @@ def open_study(sweep: Sweep, storage_obj):
     seed = sweep.config.sampler.seed + 7919 * known + os.getpid() % 7919
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_obj,
                               sampler=build_sampler(sweep, seed), pruner=pruner)
-    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
-        raise ConfigError(f"--study {sweep.study_name}: that study minimises; a sweep maximises its objective")
+    if study.direction != direction:
+        raise ConfigError(f"--study {sweep.study_name}: that study's direction is {study.direction.name.lower()}; "
+                          f"this sweep's objective.direction is {sweep.config.objective.direction.value}")
     return study, False
 
 

@@ -12,6 +12,7 @@ from orchestrator.config import (
     with_overrides,
 )
 from pipelines.sweep_file import Sweep
+from pipelines.sweep_objective import final_score, round_value
 from pipelines.sweep_optuna import build_pruner, open_storage, quiet_optuna
 from pipelines.trial_store import TrialReporter, TrialStore
 
@@ -56,12 +57,28 @@ def check_finite_losses(metrics: dict[str, Any]) -> None:
             raise Diverged(f"diverged: {key} = {value} at round {metrics.get('round')}")
 
 
+class OverBudget(Exception):
+    """A trial's ε passed the sweep's privacy budget (objective.max_epsilon), or it logs none to bound."""
+
+
+def check_budget(metrics: dict[str, Any], objective: Any, last_round: int) -> None:
+    """Raise OverBudget once the round's ε exceeds objective.max_epsilon (ε only grows with the rounds), or at
+    the last round of a run that logged no ε (no noise: no bound holds)."""
+    if objective.max_epsilon is None:
+        return
+    key, bound = objective.epsilon_metric, objective.max_epsilon
+    epsilon = metrics.get(key)
+    if epsilon is not None and epsilon > bound:
+        raise OverBudget(f"pruned after round {metrics.get('round')}: {key} = {epsilon:.3g} exceeds max_epsilon = {bound:g}")
+    if epsilon is None and metrics.get("round") == last_round:
+        raise OverBudget(f"pruned: the run logs no {key} (no privacy noise), so max_epsilon = {bound:g} cannot hold")
+
+
 def run_trial(job: TrialJob) -> TrialOutcome:
     """The Ray task of one trial: the run, reporting the objective's metric to Optuna after every round."""
     import optuna
 
     from orchestrator.run import run_experiment
-    from pipelines.compare import aggregate_metric
 
     quiet_optuna()
     t0 = time.perf_counter()
@@ -70,15 +87,17 @@ def run_trial(job: TrialJob) -> TrialOutcome:
                               sampler=optuna.samplers.RandomSampler(), pruner=build_pruner(job.pruner))
     trial = TrialReporter(study, TrialStore(storage_obj, job.study_name), job.number)
     metric = job.objective.metric
+    target = job.cfg.participation.target_accuracy
     history: list[dict[str, Any]] = []
 
     def on_round(metrics: dict[str, Any]) -> None:
         history.append(metrics)
         check_finite_losses(metrics)
-        value = metrics.get(metric)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        check_budget(metrics, job.objective, job.cfg.train.rounds)
+        value = round_value(job.objective, history, target)
+        if value is None:
             return
-        trial.report(float(value), step=int(metrics["round"]))
+        trial.report(value, step=int(metrics["round"]))
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned after round {metrics['round']}: {metric} = {value:.4f}")
 
@@ -90,15 +109,12 @@ def run_trial(job: TrialJob) -> TrialOutcome:
         result = run_experiment(job.cfg, progress=False, parent_run_id=job.parent_run_id, on_round=on_round)
     except optuna.TrialPruned as e:
         return outcome("pruned", reason=str(e))
-    except Diverged as e:
+    except (Diverged, OverBudget) as e:
         return outcome("pruned", reason=str(e))
     except Exception as e:  # whatever a trial raises fails that trial only; the sweep goes on
         return outcome("failed", reason=one_line(e))
-    value = aggregate_metric(result.history, job.objective.spec)
-    if value is None:
-        keys = sorted({k for m in result.history for k in m})
-        return outcome("failed", reason=f"objective metric {metric!r} is not in the run's metrics ({', '.join(keys)})")
-    return outcome("complete", value=value)
+    score = final_score(job.objective, result.history, target)
+    return outcome(score.state, value=score.value, reason=score.reason)
 
 
 def one_line(e: BaseException) -> str:

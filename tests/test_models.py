@@ -11,13 +11,16 @@ from tasks.models.family import MODEL_FAMILIES, family_member
 
 NUM_CLASSES = 10
 IMAGE_MODELS_SHAPE = {"mixed_digits_cnn": (3, 28, 28), "resnet18_gn": (3, 32, 32), "vgg11": (3, 32, 32)}
-TAKES_ANY_SHAPE = {"mlp"}
+TAKES_ANY_SHAPE = {"mlp", "char_rnn"}  # char_rnn: a sequence of any length
+TOKEN_MODELS = {"char_rnn": (12,)}  # inputs are token ids (LEAF's 80 characters), not images
 
 
 def valid_shape(name: str) -> tuple[int, ...]:
     entry = MODELS.get(name)
     if entry.input_shapes is not None:
         return entry.input_shapes[0]
+    if name in TOKEN_MODELS:
+        return TOKEN_MODELS[name]
     if name in IMAGE_MODELS_SHAPE:
         return IMAGE_MODELS_SHAPE[name]
     return (3, 32, 32) if name.startswith("htfe_") else (1, 8, 8)
@@ -30,6 +33,8 @@ def build(name: str, shape: tuple[int, ...] | None = None, **options) -> nn.Modu
 
 def batch(shape: tuple[int, ...], size: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
+    if len(shape) == 1 and shape in TOKEN_MODELS.values():
+        return torch.randint(80, (size, *shape), generator=gen), torch.arange(size) % NUM_CLASSES
     return torch.randn(size, *shape, generator=gen), torch.arange(size) % NUM_CLASSES
 
 

@@ -76,11 +76,24 @@ def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
     assert sorted(steps) == [1, 2, 3, 4]  # every round once: none missing, none logged twice
 
 
+# availability, spread speeds and bandwidths, a deadline some clients miss with twice the clients needed, dropouts
+PARTICIPATION = ["train.clients_per_round=3", "participation.availability.kind=bernoulli",
+                 "participation.system.speed.sigma=1.0", "participation.system.bandwidth.sigma=1.0",
+                 "participation.deadline=2.0", "participation.over_selection=1.0", "participation.dropout=0.2"]
+
+
 def test_mlflow_holds_params_metrics_tags_and_artifacts(ray_session, workdir):
+    """Under the participation block (tests/test_participation.py): the same history on 1 and 2 actors, and the
+    simulated clock in MLflow and result.json."""
     from mlflow.tracking import MlflowClient
 
-    cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=fedprox"])
+    cfg = load_config("configs/default.yaml", FAST + workdir + PARTICIPATION + ["algorithm.name=fedprox",
+                                                                                 "resources.num_actors=2"])
     result = run_experiment(cfg, progress=False)
+    one = run_experiment(load_config("configs/default.yaml", FAST + workdir + PARTICIPATION + [
+        "algorithm.name=fedprox", "resources.num_actors=1"]), progress=False)
+    assert one.history == result.history
+    assert sum(m["clients_late"] + m["clients_dropped"] + m["clients_unused"] for m in result.history) > 0
     client = MlflowClient(tracking_uri=cfg.tracking.uri)
     run = client.get_run(result.mlflow_run_id)
     assert run.info.status == "FINISHED"
@@ -92,8 +105,12 @@ def test_mlflow_holds_params_metrics_tags_and_artifacts(ray_session, workdir):
     acc = client.get_metric_history(result.mlflow_run_id, "accuracy")
     assert [m.step for m in acc] == [1, 2, 3, 4]
     assert [m.value for m in acc] == [h["accuracy"] for h in result.history]
+    clock = client.get_metric_history(result.mlflow_run_id, "simulated_seconds")
+    by_round = {m.step: m.value for m in clock}
+    assert [by_round[r] for r in (1, 2, 3, 4)] == pytest.approx([h["simulated_seconds"] for h in result.history])
+    assert json.load(open(f"{result.run_dir}/result.json"))["simulated_seconds"] == result.history[-1]["simulated_seconds"]
     artifacts = {a.path for a in client.list_artifacts(result.mlflow_run_id)}
-    assert {"config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl"} <= artifacts
+    assert {"config.yaml", "accuracy.png", "accuracy_time.png", "final_state.pt", "metrics.jsonl"} <= artifacts
 
 
 def test_unreachable_tracking_server_warns_once_and_the_run_goes_on(ray_session, workdir, capsys, tmp_path):

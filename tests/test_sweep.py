@@ -288,7 +288,7 @@ def test_shipped_sweep_files_load(path):
     named = yaml.safe_load(path.read_text()).get("algorithm")
     sweep = load_sweep(path)
     assert sweep.study_name == path.stem and sweep.storage_url == f"sqlite:///{Path('optuna.db').absolute()}"
-    assert sweep.space and all(p.split(".")[0] in ("algorithm", "data", "train") for p in sweep.space)
+    assert sweep.space and all(p.split(".")[0] in ("algorithm", "data", "train", "privacy") for p in sweep.space)
     if named is not None:
         searchable = ALGORITHMS.get(named).Params.search_space()
         assert {f"algorithm.{named}.{f}" for f in searchable} <= set(sweep.space)

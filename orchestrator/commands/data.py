@@ -32,27 +32,53 @@ def row_count(text: str) -> int | None:
 
 def partition_summary(cfg, data, rows: int | None = None) -> str:
     """The partition's identity and sizes, then a table: one row per client (the first `rows`; None: all) with
-    its train/test sizes, domain and class counts."""
+    its train/test sizes, domain, its owner's name (natural partitions) and class counts (past
+    WIDE_CLASSES classes: how many it holds and its most frequent class's share)."""
     hist = data.partition.class_histogram(data.dataset.y_train, data.num_classes)
     from tasks.data.partition import label_entropy
 
     tally = data.partition.tally.describe() if data.partition.tally else "draws not recorded (stored before tallies)"
+    names = owner_names(cfg, data)
+    wide = data.num_classes > WIDE_CLASSES
     lines = [
         f"dataset {cfg.data.dataset}: {len(data.dataset.y_train)} train / {len(data.dataset.y_test)} test, "
         f"{data.num_classes} classes, input {'x'.join(map(str, data.input_shape))}",
-        f"partition {cfg.data.partition.kind} (alpha={cfg.data.partition.alpha}) over {data.num_clients} clients, "
+        f"partition {partition_rule(cfg.data.partition)} over {data.num_clients} clients, "
         f"seed {cfg.seed}, hash {data.partition_hash}; {tally}; mean label entropy {label_entropy(hist).mean():.3f} nats",
         sizes_line(data.partition.train),
-        f"{'client':>6} {'train':>6} {'test':>5} {'domain':>6}  class counts",
+        f"{'client':>6} {'train':>6} {'test':>5} {'domain':>6}  {'owner  ' if names else ''}"
+        f"{'classes held, top class share' if wide else 'class counts'}",
     ]
     listed = data.num_clients if rows is None else min(rows, data.num_clients)
     for c in range(listed):
-        counts = " ".join(f"{int(v):4d}" for v in hist[c])
+        counts = (f"{int((hist[c] > 0).sum()):4d} {hist[c].max() / max(hist[c].sum(), 1):6.1%}" if wide
+                  else " ".join(f"{int(v):4d}" for v in hist[c]))
         angle = data.angles[int(data.partition.domain[c])]
-        lines.append(f"{c:>6} {len(data.partition.train[c]):>6} {len(data.partition.test[c]):>5} {angle:>6g}  {counts}")
+        owner = f"{names[c]}  " if names else ""
+        lines.append(f"{c:>6} {len(data.partition.train[c]):>6} {len(data.partition.test[c]):>5} {angle:>6g}  "
+                     f"{owner}{counts}")
     if listed < data.num_clients:
         lines.append(f"… {data.num_clients - listed} more clients (--rows all lists every one)")
     return "\n".join(lines)
+
+
+WIDE_CLASSES = 20  # more classes than this (a character vocabulary) are summarised, not listed
+
+
+def partition_rule(part) -> str:
+    if part.kind == "natural":
+        return f"natural (the {part.select} owners with ≥ {part.min_size} samples)"
+    return f"{part.kind} (alpha={part.alpha})"
+
+
+def owner_names(cfg, data) -> list[str] | None:
+    """Each client's owner (speaking role, writer, user) as one word, for a natural partition of named owners."""
+    ds = data.dataset
+    if cfg.data.partition.kind != "natural" or ds.owners is None or ds.owner_names is None:
+        return None
+    from tasks.data.natural import client_owners
+
+    return ["_".join(ds.owner_names[o].split()) or "?" for o in client_owners(data.partition, ds.owners)]
 
 
 def sizes_line(train: list) -> str:

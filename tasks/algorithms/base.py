@@ -42,6 +42,8 @@ from torch.func import functional_call
 from tasks.algorithms.capabilities import Capabilities, derive_capabilities
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
+from tasks.privacy.mechanisms import clip_rows
+from tasks.privacy.settings import StatsDP
 
 State = dict[str, Any]
 
@@ -116,6 +118,7 @@ class Setup:
     model_head_init: str | None = None
     train: TrainSettings = field(default_factory=TrainSettings)
     seed: int = 0
+    stats_privacy: StatsDP = field(default_factory=StatsDP)  # privacy.stats (tasks/privacy/class_stats.py)
 
 
 @dataclass
@@ -375,7 +378,7 @@ class Algorithm:
         objective = self.local_objective(payload, data, client_state, ctx)
         model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
         if objective.record_seen:
-            ctx.recorded = ClassMeans(data.num_classes, model.feature_dim)
+            ctx.recorded = ClassMeans(data.num_classes, model.feature_dim, objective.record_clip)
         loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, recorder=ctx.recorded)
         return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
 
@@ -408,6 +411,7 @@ class LocalObjective:
     inputs: State = field(default_factory=dict)
     model_key: Any = "global"  # which per-process model (architecture) trains it
     record_seen: bool = False  # the engine records the features met in training per class, in ctx.recorded
+    record_clip: float | None = None  # ...each clipped to this ℓ2 norm first (privacy.stats)
 
 
 # ------------------------------------------------------------------------------- shared building blocks
@@ -547,8 +551,10 @@ def evaluating(model: nn.Module):
 
 @torch.no_grad()
 def class_feature_stats(model: FLModel, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-                        batch_size: int = 1024, normalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class sums of (optionally ℓ2-normalised) features and per-class counts, in eval mode."""
+                        batch_size: int = 1024, normalize: bool = False,
+                        clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class sums of (optionally ℓ2-normalised, optionally clipped to ℓ2 norm `clip`) features and per-class
+    counts, in eval mode."""
     sums = torch.zeros(num_classes, model.feature_dim, dtype=torch.float64)
     device = model_device(model)
     with evaluating(model):
@@ -556,6 +562,8 @@ def class_feature_stats(model: FLModel, x: torch.Tensor, y: torch.Tensor, num_cl
             h = model.features(x[start:start + batch_size].to(device)).to(torch.float64).cpu()
             if normalize:
                 h = F.normalize(h, dim=1)
+            if clip is not None:
+                h = clip_rows(h, clip)
             sums.index_add_(0, y[start:start + batch_size].cpu(), h)
     counts = torch.bincount(y.cpu(), minlength=num_classes).to(torch.float64)
     return sums, counts

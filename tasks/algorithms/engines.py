@@ -37,6 +37,7 @@ from tasks.algorithms.base import (
     batch_indices,
 )
 from tasks.algorithms.prototypes import ClassMeans
+from tasks.privacy.mechanisms import clip_rows
 
 ENGINES = ("auto", "sequential", "vectorized")
 
@@ -240,14 +241,15 @@ class SeenFeatures:
     """Every client's per-class sums of the features met in training (base.ClassMeans for [K] clients at once);
     padding samples have weight 0, so only real samples count. A step hook (Algorithm.step_hooks)."""
 
-    def __init__(self, clients: int, num_classes: int, dim: int, device):
-        self.num_classes = num_classes
+    def __init__(self, clients: int, num_classes: int, dim: int, device, clip: float | None = None):
+        self.num_classes, self.clip = num_classes, clip
         self.sums = torch.zeros(clients, num_classes, dim, dtype=torch.float64, device=device)
         self.counts = torch.zeros(clients, num_classes, dtype=torch.float64, device=device)
 
     def after_step(self, h: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, active: torch.Tensor) -> None:
         member = F.one_hot(y, self.num_classes).to(torch.float64) * weight.unsqueeze(-1).to(torch.float64)
-        self.sums += torch.einsum("kbc,kbd->kcd", member, h.to(torch.float64))
+        h = h.to(torch.float64)
+        self.sums += torch.einsum("kbc,kbd->kcd", member, h if self.clip is None else clip_rows(h, self.clip))
         self.counts += member.sum(dim=1)
 
     def hand_out(self, contexts: list[RoundContext]) -> None:
@@ -293,7 +295,8 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     everyone_active = active.all(dim=1).tolist()
     hooks = algorithm.step_hooks(rounds, params)
     if rounds[0].objective.record_seen:
-        hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device))
+        hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device,
+                                  rounds[0].objective.record_clip))
     for s in range(x.shape[0]):
         leaf_params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
         losses, h = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)

@@ -106,6 +106,9 @@ def pseudo_owners(seed: int, num_clients: int, size: int) -> torch.Tensor:
 
 def rsm_samples(x: torch.Tensor, count: int, per_sample: int, generator: torch.Generator) -> torch.Tensor:
     """`count` Random Sample Means (Alg. 2): each the mean of `per_sample` images drawn with replacement."""
+    if not x.is_floating_point():
+        raise ValueError("feddebias: its pseudo-data are means of input samples (docs/methods/feddebias.md §2.1), "
+                         "and token ids (text) have no mean; it runs on images only")
     idx = torch.randint(len(x), (count, per_sample), generator=generator)
     return x[idx].mean(dim=1)
 

@@ -47,6 +47,7 @@ from tasks.algorithms.base import (
     LocalObjective,
     RoundContext,
     TrainSettings,
+    class_feature_stats,
     cross_entropy,
     searchable,
     seeded_generator,
@@ -57,6 +58,7 @@ from tasks.algorithms.base import (
 from tasks.algorithms.engines import StackedOptimizer
 from tasks.algorithms.registry import register
 from tasks.models import FLModel
+from tasks.privacy.class_stats import released
 
 ANCHOR_INIT_STREAM = 0xFA
 HEAD_WEIGHT, HEAD_BIAS = "classifier.weight", "classifier.bias"  # the calibrated last layer, an nn.Linear
@@ -257,10 +259,24 @@ class FedFA(Algorithm):
         hooks = [StackedAnchorEstimate(anchors, held, p.lam, batches)]
         return hooks + ([StackedCalibration(params, anchors, p.calibration_lr)] if p.calibrate else [])
 
+    def uploaded_anchors(self, model: FLModel, payload, data: ClientData, ctx: RoundContext) -> torch.Tensor:
+        """The client's anchor estimate; under privacy.stats instead the noised per-class means of its clipped
+        features under the trained model (eval mode), the received anchor where a noised count rounds to 0
+        (docs/methods/fedfa.md, "Under privacy")."""
+        dp = self.setup.stats_privacy
+        if not dp.active:
+            return ctx.recorded.cpu()
+        sums, counts = class_feature_stats(model, data.x.to(ctx.device), data.y.to(ctx.device), self.num_classes,
+                                           clip=dp.clip)
+        sums, counts = released(sums, counts, dp, ctx, data.client_id)
+        received = payload["anchors"].cpu()
+        means = (sums / counts.clamp_min(1.0).unsqueeze(1)).to(received.dtype)
+        return torch.where((counts > 0).unsqueeze(1), means, received)
+
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(trained, device=ctx.device)
         distance, norm = feature_anchor_distance(model, data.x, data.y, payload["anchors"].to(ctx.device))
-        stats = {"anchors": ctx.recorded.cpu()} if self.params.update_anchors else {}
+        stats = {"anchors": self.uploaded_anchors(model, payload, data, ctx)} if self.params.update_anchors else {}
         metrics = {"train_loss": train_loss, "feature_anchor_distance": distance, "feature_norm": norm}
         return ClientUpdate(data.client_id, data.num_samples, tensors=trained, stats=stats,
                             metrics=metrics), client_state

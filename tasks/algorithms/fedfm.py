@@ -49,6 +49,8 @@ from tasks.algorithms.base import (
 from tasks.algorithms.fedavg_periodic import PeriodicModelSync, average_sent_models
 from tasks.algorithms.registry import register
 from tasks.models import FLModel
+from tasks.privacy.class_stats import released
+from tasks.privacy.settings import StatsDP
 
 
 class FedFMParams(HyperParams):
@@ -81,9 +83,12 @@ def l2_matching_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
     return batch_mean(((F.normalize(h, dim=1) - F.normalize(anchors, dim=1)[y]) ** 2).mean(dim=1), weight)
 
 
-def class_stats(model: FLModel, data: ClientData, device: torch.device) -> State:
-    """Per-class feature sums and counts (eval mode, no grad): what eq. (9) needs, as float32 on the wire."""
-    sums, counts = class_feature_stats(model, data.x.to(device), data.y.to(device), data.num_classes)
+def class_stats(model: FLModel, data: ClientData, ctx: RoundContext, dp: StatsDP) -> State:
+    """Per-class feature sums and counts (eval mode, no grad): what eq. (9) needs, as float32 on the wire; under
+    privacy.stats, of clipped features and noised (tasks/privacy/class_stats.py)."""
+    sums, counts = class_feature_stats(model, data.x.to(ctx.device), data.y.to(ctx.device), data.num_classes,
+                                       clip=dp.clip)
+    sums, counts = released(sums, counts, dp, ctx, data.client_id)
     return {"sums": sums.float(), "counts": counts.float()}
 
 
@@ -113,7 +118,7 @@ class FedFM(Algorithm):
 
     def client_pre_round(self, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(self.starting_model(payload, client_state), device=ctx.device)
-        return class_stats(model, data, ctx.device)
+        return class_stats(model, data, ctx, self.setup.stats_privacy)
 
     def server_pre_round(self, state, contributions, round_idx):
         return {**state, "anchors": updated_anchors(contributions, state["anchors"])}
@@ -156,7 +161,7 @@ class FedFM(Algorithm):
 
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(trained, device=ctx.device)
-        stats = {} if self.capabilities().pre_round_exchange else class_stats(model, data, ctx.device)
+        stats = {} if self.capabilities().pre_round_exchange else class_stats(model, data, ctx, self.setup.stats_privacy)
         distance, norm = feature_anchor_distance(model, data.x, data.y, payload["anchors"])
         tensors = trained if self.uploads_model(ctx.round) else {}
         metrics = {"train_loss": train_loss, "feature_anchor_distance": distance, "feature_norm": norm}

@@ -57,6 +57,7 @@ from tasks.algorithms.prototypes import (
 )
 from tasks.algorithms.registry import register
 from tasks.models import FLModel
+from tasks.privacy.class_stats import released
 
 PROTOTYPES = "classifier.weight"
 SCALE = "classifier.scale"
@@ -182,8 +183,10 @@ class FedNH(LatestLocalModelEvaluation, Algorithm):
     # local training is the base class's: CE over all classes; W is frozen, so only the body (and s) move (§3)
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.working_model(trained, device=ctx.device)
+        dp = self.setup.stats_privacy
         sums, counts = class_feature_stats(model, data.x.to(ctx.device), data.y.to(ctx.device), self.num_classes,
-                                           normalize=True)
+                                           normalize=True, clip=dp.clip)
+        sums, counts = released(sums, counts, dp, ctx, data.client_id)
         unit_means = F.normalize(sums, dim=1)  # the code renormalises each class mean before weighting by n_kc
         body = {k: v for k, v in trained.items() if k != PROTOTYPES}
         stats = {"proto_sums": (counts.unsqueeze(1) * unit_means).float(), "counts": counts.float()}

@@ -49,6 +49,7 @@ from tasks.algorithms.prototypes import (
 from tasks.algorithms.registry import register
 from tasks.models import MODELS, FLModel
 from tasks.models.family import MODEL_FAMILIES, family_member
+from tasks.privacy.class_stats import released
 
 
 class PrivateModelParams(HyperParams):
@@ -163,7 +164,8 @@ class FedProto(Algorithm):
     def local_objective(self, payload, data: ClientData, client_state, ctx: RoundContext):
         inputs = {k: payload[k].to(ctx.device) for k in ("protos", "proto_mask")}
         return LocalObjective(start=client_state["model"], inputs=inputs, model_key=self.architecture(data.client_id),
-                              record_seen=True)  # the prototypes are the features met in training (§4.2 step 4)
+                              record_seen=True,  # the prototypes are the features met in training (§4.2 step 4)
+                              record_clip=self.setup.stats_privacy.clip)
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):
         return cross_entropy(logits, y, weight) + self.regularisation(params, h, y, inputs, weight)
@@ -174,8 +176,10 @@ class FedProto(Algorithm):
 
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         seen = ctx.recorded
-        held = seen.counts > 0
-        stats = {"protos": seen.means()[held].float(), "counts": seen.counts.float()}
+        sums, counts = released(seen.sums, seen.counts, self.setup.stats_privacy, ctx, data.client_id)
+        held = counts > 0  # under privacy.stats, the classes whose noised count rounds to ≥ 1
+        means = sums / counts.clamp_min(1.0).unsqueeze(1)
+        stats = {"protos": means[held].float(), "counts": counts.float()}
         update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": train_loss})
         return update, {**client_state, "model": trained}
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tasks.privacy.mechanisms import clip_rows
+
 
 # ------------------------------------------------------------------------------- initial prototypes
 def simplex_prototypes(num_classes: int, dim: int, generator: torch.Generator) -> torch.Tensor:
@@ -111,12 +113,14 @@ def nearest_prototype(features: torch.Tensor, prototypes: torch.Tensor, mask: to
 class ClassMeans:
     """Running per-class sums and counts of feature rows: the prototypes of the features seen in training."""
 
-    def __init__(self, num_classes: int, dim: int):
+    def __init__(self, num_classes: int, dim: int, clip: float | None = None):
+        self.clip = clip  # each row clipped to this ℓ2 norm before it is summed (privacy.stats)
         self.sums = torch.zeros(num_classes, dim, dtype=torch.float64)
         self.counts = torch.zeros(num_classes, dtype=torch.float64)
 
     def add(self, h: torch.Tensor, y: torch.Tensor) -> None:
-        self.sums.index_add_(0, y.cpu(), h.detach().double().cpu())
+        h = h.detach().double().cpu()
+        self.sums.index_add_(0, y.cpu(), h if self.clip is None else clip_rows(h, self.clip))
         self.counts.index_add_(0, y.cpu(), torch.ones(len(y), dtype=torch.float64))
 
     def means(self) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Datasets as in-memory arrays: images float32 in NCHW, labels int64, one official train/test split.
+"""Datasets as in-memory arrays: images float32 in NCHW (text: int64 token ids, (N, L)), labels int64, one
+official train/test split, and for naturally split data each sample's owner (tasks/data/natural.py).
 
 `digits` (scikit-learn's load_digits: 1,797 real 8×8 handwritten digits, shipped with scikit-learn) is the
 embedded default; `synthetic` makes small class-conditional images for fast tests; the torchvision sets
@@ -21,6 +22,10 @@ class ArrayDataset:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    # naturally split data: each sample's owner (a writer, a speaking role, a user) as an int64 id, and the names
+    owners: np.ndarray | None = None
+    test_owners: np.ndarray | None = None
+    owner_names: list[str] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -100,10 +105,12 @@ def load_synthetic(opts) -> ArrayDataset:
 def load_dataset(opts) -> ArrayDataset:
     """Load the dataset a DataConfig names, zero-padded by `pad` pixels per side. Normalisation comes
     later (`normalize_images`), after any rotation, so rotated corners stay background."""
+    import tasks.data.leaf  # noqa: F401  (registers leaf_femnist, leaf_shakespeare, leaf_sent140)
+    import tasks.data.shakespeare  # noqa: F401  (registers shakespeare)
     import tasks.data.torchvision_sets  # noqa: F401  (registers mnist, fmnist, emnist, cifar10, cifar100)
 
     ds = DATASETS.get(opts.dataset)(opts)
-    if opts.pad:
+    if opts.pad and ds.x_train.ndim == 4:
         p = opts.pad
         ds.x_train = np.pad(ds.x_train, ((0, 0), (0, 0), (p, p), (p, p)))
         ds.x_test = np.pad(ds.x_test, ((0, 0), (0, 0), (p, p), (p, p)))

@@ -35,7 +35,10 @@ class FederatedData:
         return self.dataset.input_shape
 
     def _view(self, x: np.ndarray, domain: int) -> torch.Tensor:
-        """The images as this domain sees them: rotated, then normalised, in a tensor of its own."""
+        """The images as this domain sees them: rotated, then normalised, in a tensor of its own (token ids as
+        they are)."""
+        if not np.issubdtype(x.dtype, np.floating):
+            return torch.from_numpy(np.array(x, dtype=np.int64))
         view = normalize_images(rotate_images(x, self.angles[domain]), self.normalize)
         return torch.from_numpy(np.array(view, dtype=np.float32))
 

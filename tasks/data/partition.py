@@ -16,6 +16,7 @@ split, domain), stored as Parquet with a content hash, written once and reloaded
 - rotation domains: `grouped` splits the training set into one equal part per angle and partitions each
   part over its clients (docs/methods/fedfa.md §11); `per_client` gives client i the angle i mod len(angles)
   (docs/methods/feddebias.md §10.1 step 4).
+- natural: the dataset's own owners (writer, speaking role, user) are the clients (tasks/data/natural.py).
 - a kind of one's own: a `module:function` reference or an installed package's entry point
   (tasks/data/partition_kinds.py), split like the built-in ones and checked before it is used.
 """
@@ -297,10 +298,16 @@ def assign_domains(y: np.ndarray, num_clients: int, data_cfg, rng: np.random.Gen
     return parts, np.repeat(np.arange(n_dom), per_domain)
 
 
-def make_partition(y_train: np.ndarray, data_cfg, seed: int) -> Partition:
+def make_partition(y_train: np.ndarray, data_cfg, seed: int, owners: np.ndarray | None = None) -> Partition:
+    """`owners`: each training sample's natural client, which the `natural` kind splits by."""
     rng = np.random.default_rng(seed)
     tally = Tally()
-    parts, domain = assign_domains(y_train, data_cfg.num_clients, data_cfg, rng, tally)
+    if data_cfg.partition.kind == "natural":
+        from tasks.data.natural import natural_parts
+
+        parts, domain = natural_parts(owners, data_cfg, rng)
+    else:
+        parts, domain = assign_domains(y_train, data_cfg.num_clients, data_cfg, rng, tally)
     sizes = np.array([len(part) for part in parts], dtype=np.int64)
     shuffled = np.concatenate([rng.permutation(part) for part in parts]).astype(np.int64)
     # a client's first round(|part| · fraction) samples in its shuffled order are its test split

@@ -19,7 +19,7 @@ import numpy as np
 
 from tasks.registry import Registry, is_reference
 
-BUILT_IN_KINDS = ("iid", "dirichlet", "dirichlet_equal", "shards")
+BUILT_IN_KINDS = ("iid", "dirichlet", "dirichlet_equal", "shards", "natural")
 
 
 @dataclass(frozen=True)

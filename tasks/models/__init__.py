@@ -1,5 +1,5 @@
 """Models built by name from the config. Importing this package registers every model."""
-from tasks.models import cnn, digits, family, htfe, resnet, vgg  # noqa: F401  (registers)
+from tasks.models import cnn, digits, family, htfe, resnet, text, vgg  # noqa: F401  (registers)
 from tasks.models.base import MODELS, FLModel, ModelParams, build_model, register_model
 from tasks.models.init import INIT_SCHEMES, InitScheme, initialize
 

@@ -34,8 +34,9 @@ def workload() -> list[str]:
 
 def run(cfg, data, states_dir: str | None) -> dict:
     """One run; a checkpoint's client-state bytes measured every EVERY rounds as that row checkpoints them."""
+    from orchestrator.client_host import ClientHost
     from orchestrator.client_store import ClientStateStore
-    from orchestrator.federation import ClientHost, Server, in_process_calls
+    from orchestrator.federation import Server, in_process_calls
     from orchestrator.storage import torch_bytes
     from tasks.algorithms.base import nbytes
 

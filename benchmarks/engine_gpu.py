@@ -3,7 +3,7 @@
 FedAvg on FedFA's CIFAR-10 CNN (`acar_cnn`: no BatchNorm, no dropout, so it vectorises) with synthetic 3×32×32
 images; by default 100 clients of 200 samples, all in every round, 1 local epoch of batch 16 (13 steps per client
 update). One process, no Ray: one `ClientHost` holds every client on the device (`cuda` where there is one, else
-the CPU) and `update_many` trains a round's clients, one after another (sequential) or all at once (vectorized).
+the CPU) and its UPDATE call trains a round's clients, one after another (sequential) or all at once (vectorized).
 Per engine: one warm-up round (CUDA kernels loaded and tuned), then `rounds` timed rounds, the fastest counting,
 with the device synchronised around each.
 
@@ -54,9 +54,11 @@ def synchronize(device: str) -> None:
 
 
 def rounds_seconds(cfg, device: str, rounds: int) -> list[float]:
-    """Seconds of each timed round of `update_many` over the round's sampled clients (after one warm-up round)."""
+    """Seconds of each timed round of the host's UPDATE call over the round's sampled clients (after one warm-up round)."""
+    from orchestrator.client_calls import CallKind, ClientCall
+    from orchestrator.client_host import ClientHost
     from orchestrator.datasets import prepare_data
-    from orchestrator.federation import ClientHost, sample_clients
+    from orchestrator.federation import sample_clients
 
     data = prepare_data(cfg)
     host = ClientHost(cfg, data, list(range(data.num_clients)), device=device)
@@ -67,7 +69,7 @@ def rounds_seconds(cfg, device: str, rounds: int) -> list[float]:
         payload = host.algorithm.payload(state, t)
         synchronize(device)
         start = time.perf_counter()
-        updates = host.update_many(payload, cids, t)
+        updates = host.call(ClientCall(CallKind.UPDATE, payload, cids, t), raise_errors=True).results
         synchronize(device)
         if len(updates) != len(cids):
             raise RuntimeError(f"engine {host.engine}: {len(cids) - len(updates)} of {len(cids)} clients failed")

@@ -96,7 +96,7 @@ def measure_one(actors: int, tmp: str) -> dict:
 def measure(packings=PACKINGS) -> dict:
     import ray
 
-    from orchestrator.run import init_ray
+    from orchestrator.ray_start import init_ray
 
     tmp = tempfile.mkdtemp(prefix="mooring-gpu-")
     init_ray(include_dashboard=False, log_to_driver=False)

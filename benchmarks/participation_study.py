@@ -22,7 +22,7 @@ import torch
 
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import build_algorithm
+from orchestrator.methods import build_algorithm
 from orchestrator.participation import Participation
 from orchestrator.plots import _save, import_pyplot, plot_against_time
 from pipelines.compare import aggregate_metric

@@ -100,7 +100,8 @@ def run_child(algorithm: str, size: str, rounds: int, tmp: str) -> dict:
     import ray
 
     from orchestrator.config import load_config
-    from orchestrator.run import init_ray, run_experiment
+    from orchestrator.ray_start import init_ray
+    from orchestrator.run import run_experiment
 
     init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
     cfg = load_config(DEFAULT_CONFIG, setting(size, algorithm, rounds, tmp))

@@ -22,7 +22,8 @@ from orchestrator import wire
 from orchestrator.client_store import ClientStateStore, states_dir
 
 if TYPE_CHECKING:
-    from orchestrator.federation import ClientHost
+    from orchestrator.client_calls import ClientCall, ClientResults
+    from orchestrator.client_host import ClientHost
 
 # orchestrator.federation (and torch with it) is imported where it is used, not here: a worker imports this
 # module before it constructs an actor, and the coordinator starts the client actors first thing, so their
@@ -40,7 +41,7 @@ class ClientActor:
 
     def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
         import torch
-        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, 1-2 s into round 1
+        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, inside round 1 (benchmarks/README.md)
 
         torch.set_num_threads(max(1, threads))
         wire.register()
@@ -52,22 +53,21 @@ class ClientActor:
     def load(self, data_box: list, rounds_done: int) -> None:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
         the run is at (states written after it are from a run that went further, and are dropped)."""
-        from orchestrator.federation import ClientHost
+        from orchestrator.client_host import ClientHost
 
         store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
                                  upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
         self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
 
-    def call_many(self, method: str, payload, cids: list[int],
-                  round_idx: int) -> tuple[dict[int, Any], dict[int, str], float] | None:
-        """The host's `method` ("pre_round", "update", "evaluate", "setup_contribution") for each client, in order:
-        ({client: result}, {client: error}, seconds spent in the host). A client that raises fails alone, with its
-        error in one line. None: this actor was restarted and is not loaded yet."""
+    def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
+        """The host's answers to `call` with `payload` (a client that raises fails alone, with its error in one
+        line), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
+        payload is an argument of its own so that Ray resolves it where it is an object-store reference."""
         if self.host is None:
             return None
         start = time.perf_counter()
-        results, errors = self.host.call_many(method, payload, cids, round_idx)
-        return results, errors, time.perf_counter() - start
+        results = self.host.call(call.with_payload(payload))
+        return results, time.perf_counter() - start
 
     def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
         """What a checkpoint of round `until` records of this actor's clients (the state files written since the
@@ -161,7 +161,8 @@ class CoordinatorActor:
             self.server.restore(snapshot)
         self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
         self.costs = None if self.server.algorithm.capabilities().keeps_client_state else client_costs(data, self.cfg.train)
-        # the first draw imports NumPy's random machinery (9 ms): here, while the client actors load
+        # the first draw imports NumPy's random machinery (benchmarks/README.md, "Tiny clients"): here, while the
+        # client actors load
         sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()
@@ -174,7 +175,7 @@ class CoordinatorActor:
 
     def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
         """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
-        from orchestrator.federation import accuracies_on_test_sets
+        from orchestrator.evaluation import accuracies_on_test_sets
 
         state_ref = ray.put(state)
         for _ in range(2):
@@ -214,18 +215,16 @@ class CoordinatorActor:
                                    "gpus_per_actor)")
         self.loaded = [True] * len(self.actors)
 
-    def _gather(self, method: str, payload_ref, cids: list[int], round_idx: int) -> tuple[dict[int, Any], list[int]]:
-        """`method` for each client, one call per actor; an actor's clients are retried once if it died.
-        Returns ({client: result}, failed clients)."""
-        from orchestrator.federation import PARTIAL_SUMS, SUMMED
+    def _gather(self, call: ClientCall) -> ClientResults:
+        """`call` for each of its clients, one call per actor; an actor's clients are retried once if it died, and
+        fail if it dies again."""
+        from orchestrator.client_calls import ClientResults
 
         sent = time.perf_counter()
-        pending = {self._call(a, method, payload_ref, group, round_idx): (a, group, 0)
-                   for a, group in plan_round(cids, self.owner, len(self.actors), self.costs).items()}
-        self.server.phases.add(f"{method}: dispatch", time.perf_counter() - sent)
-        results: dict[int, Any] = {}
-        failed: list[int] = []
-        partials: list = []
+        pending = {self._call(a, call.to(group)): (a, group, 0)
+                   for a, group in plan_round(call.client_ids, self.owner, len(self.actors), self.costs).items()}
+        self.server.phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
+        gathered = ClientResults()
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             actor_idx, group, attempt = pending.pop(done[0])
@@ -235,25 +234,21 @@ class CoordinatorActor:
                 answer = None  # died during the call, or its answer was lost with its node
             if answer is None:  # died, or restarted since the last call
                 if attempt == 0 and self._await_ready(actor_idx):
-                    pending[self._call(actor_idx, method, payload_ref, group, round_idx)] = (actor_idx, group, 1)
+                    pending[self._call(actor_idx, call.to(group))] = (actor_idx, group, 1)
                 else:
-                    failed += group
+                    gathered.errors.update({cid: f"its actor (#{actor_idx}) died twice" for cid in group})
                 continue
-            group_results, errors, host_seconds = answer
-            partials += group_results.pop(PARTIAL_SUMS, [])
+            answered, host_seconds = answer
             # what a call costs beyond the host's own work: the Ray round trip, (de)serialising payload and results
-            self.server.phases.add(f"{method}: actor host work", host_seconds)
-            self.server.phases.add(f"{method}: actor call beyond it", time.perf_counter() - sent - host_seconds)
-            results.update(group_results)
-            failed += list(errors)
-            for cid, error in errors.items():
-                print(f"round {round_idx + 1}: client {cid} failed in {method}: {error}", flush=True)
-        if method == SUMMED:
-            results[PARTIAL_SUMS] = partials
-        return results, sorted(failed)
+            self.server.phases.add(f"{call.name}: actor host work", host_seconds)
+            self.server.phases.add(f"{call.name}: actor call beyond it", time.perf_counter() - sent - host_seconds)
+            gathered.add(answered)
+            for cid, error in answered.errors.items():
+                print(f"round {call.round + 1}: client {cid} failed in {call.name}: {error}", flush=True)
+        return gathered
 
-    def _call(self, actor_idx: int, method: str, payload_ref, cids: list[int], round_idx: int):
-        return self.actors[actor_idx].call_many.remote(method, payload_ref, cids, round_idx)
+    def _call(self, actor_idx: int, call: ClientCall):
+        return self.actors[actor_idx].call.remote(call.with_payload(None), call.payload)
 
     def _await_ready(self, actor_idx: int, timeout: float = 120.0) -> bool:
         """Wait until an actor answers (Ray restarts a dead one), and load it if it is new."""
@@ -287,18 +282,22 @@ class CoordinatorActor:
         storage.write_bytes_atomic(storage.join(self.run_dir, "actors.json"),
                                    json.dumps(self.actor_info(), indent=1).encode())
 
-    def _call_clients(self, method: str, payload, cids: list[int], round_idx: int):
+    def _call_clients(self, call: ClientCall) -> ClientResults:
+        """`call` on the client actors, its payload put into the object store once if it is large."""
         from tasks.algorithms.base import nbytes
 
-        with self.server.phases(f"{method}: payload put"):
-            payload_ref = payload if nbytes(payload) <= INLINE_PAYLOAD_BYTES else ray.put(payload)
-        return self._gather(method, payload_ref, cids, round_idx)
+        with self.server.phases(f"{call.name}: payload put"):
+            if nbytes(call.payload) > INLINE_PAYLOAD_BYTES:
+                call = call.with_payload(ray.put(call.payload))
+        return self._gather(call)
 
     # ------------------------------------------------------------------ driver-facing
     def set_up(self) -> None:
+        from orchestrator.client_calls import CallKind, ClientCall
+
         if not self.server.set_up:
-            contributions, _ = self._gather("setup_contribution", None, list(range(self.server.num_clients)), 0)
-            self.server.setup([contributions[c] for c in sorted(contributions)])
+            contributions = self._gather(ClientCall(CallKind.SETUP, None, list(range(self.server.num_clients)), 0))
+            self.server.setup([contributions.results[c] for c in sorted(contributions.results)])
         self.write_actor_info()
 
     def run_round(self) -> dict[str, Any]:

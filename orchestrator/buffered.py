@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestrator.client_calls import CallKind, ClientCall
 from orchestrator.participation import DROPOUT_STREAM, Participation, uniforms
 from tasks.algorithms.base import Algorithm, ClientUpdate, State, derive_seed
 
@@ -207,9 +208,9 @@ def run_version(server, call) -> dict[str, Any]:
     failed: list[int] = []
     for version in sorted({e.version for e in arrived}):
         cids = sorted(e.client for e in arrived if e.version == version)
-        results, lost = call("update", {"model": buffered.models[version]}, cids, version)
-        updates.update(results)
-        failed += lost
+        trained = call(ClientCall(CallKind.UPDATE, {"model": buffered.models[version]}, cids, version))
+        updates.update(trained.results)
+        failed += trained.failed
     server.state = buffered.new_version(server.state, arrived, updates, t)
     server.round = t + 1
     folded = [updates[e.client] for e in arrived if e.client in updates]

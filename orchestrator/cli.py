@@ -53,7 +53,8 @@ def command_named(argv: list[str]) -> str | None:
 
 def known_errors() -> tuple[type[BaseException], ...]:
     from orchestrator.config import ConfigError
-    from orchestrator.run import RunError, RunInterrupted
+    from orchestrator.run_errors import RunError
+    from orchestrator.signals import RunInterrupted
     from tasks.data.datasets import DataFileError, DatasetNotFound
     from tasks.data.partition import PartitionError
     from tasks.registry import PluginError
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_known_error(e: Exception) -> int:
-    from orchestrator.run import RunError, RunInterrupted
+    from orchestrator.run_errors import RunError
+    from orchestrator.signals import RunInterrupted
 
     if isinstance(e, RunInterrupted):
         print(f"interrupted: {e}", file=sys.stderr)

@@ -33,7 +33,7 @@ AUTH_HINT = "set RAY_AUTH_TOKEN or --token-file"
 
 def failure(message: str) -> Exception:
     """A RunError (one line, exit 1 from the CLI), imported only when there is one to raise."""
-    from orchestrator.run import RunError
+    from orchestrator.run_errors import RunError
 
     return RunError(message)
 
@@ -86,7 +86,8 @@ class JobsAPI:
     Every failure, from an unreachable address to a refused token, comes out as one line."""
 
     def __init__(self, address: str | None, token_file: str | None):
-        from orchestrator.run import RunError, check_address
+        from orchestrator.ray_start import check_address
+        from orchestrator.run_errors import RunError
 
         self.url = dashboard_address(address)
         parsed = urlparse(self.url)

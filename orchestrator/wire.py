@@ -1,10 +1,9 @@
 """How tensors travel between Mooring's processes over Ray: as NumPy arrays.
 
 Ray pickles a torch tensor with torch's own `__reduce_ex__`, which runs `torch.save` into a byte string for
-every storage and `torch.load` on the way back: 0.15 ms per tensor each way here, so a round of 10 clients of
-the digits MLP (6 tensors each) spent 9 ms pickling in the client actor and 9 ms unpickling in the coordinator.
-A CPU tensor sent as a NumPy array goes through pickle 5's out-of-band buffers instead (0.01 ms, one copy each
-way). Only plain, contiguous CPU tensors that NumPy can hold take this path; any other (a subclass such as
+every storage and `torch.load` on the way back, a fixed cost per tensor that dominated a small client's round
+(measured in benchmarks/README.md, "Tiny clients"). A CPU tensor sent as a NumPy array goes through pickle 5's
+out-of-band buffers instead (one copy each way). Only plain, contiguous CPU tensors that NumPy can hold take this path; any other (a subclass such as
 nn.Parameter, CUDA, sparse, bfloat16, requiring grad, non-contiguous) is pickled as before (named tensors lose
 their names).
 The bytes, dtype and shape are the same either way, so a run's numbers are too.

@@ -20,7 +20,7 @@ from orchestrator.commands.common import add_address_arg, add_config_args
 from tasks.privacy.server import EPSILON_KEYS
 
 if TYPE_CHECKING:
-    from orchestrator.run import StopSignals
+    from orchestrator.signals import StopSignals
 
 
 # ------------------------------------------------------------------------------------ metrics of a run
@@ -114,7 +114,8 @@ def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=pri
     SIGINT or SIGTERM stops it: no run is started after it, the runs in flight are stopped (see stop_runs),
     and the Comparison holds the runs that finished, with `stopped` saying what did not."""
     from orchestrator.progress import Progress
-    from orchestrator.run import StopSignals, summary_metrics
+    from orchestrator.results import summary_metrics
+    from orchestrator.signals import StopSignals
 
     results: dict[tuple[str, int], Any] = {}
     shown = Progress(len(jobs), "runs", enabled=progress)
@@ -146,7 +147,7 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
     """The submit-and-collect loop; returns the runs still in flight (none unless a stop signal came)."""
     import ray
 
-    from orchestrator.run import new_run_dir
+    from orchestrator.run_dir import new_run_dir
 
     remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
     pending: dict[Any, Job] = {}
@@ -328,7 +329,8 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
             echo=print, progress: bool = True) -> Comparison:
     from orchestrator.plots import experiment_title
-    from orchestrator.run import RunInterrupted, ensure_ray
+    from orchestrator.ray_start import ensure_ray
+    from orchestrator.signals import RunInterrupted
     from orchestrator.tracking import Tracker
     from pipelines.reports import write_comparison_report
 

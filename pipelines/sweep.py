@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from orchestrator import storage
-from orchestrator.run import RunError
+from orchestrator.run_errors import RunError
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
 from pipelines.sweep_objective import shown
@@ -35,7 +35,7 @@ from pipelines.trial_store import TrialStore
 
 # ------------------------------------------------------------------------------------------ pipeline
 def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepResult:
-    from orchestrator.run import ensure_ray
+    from orchestrator.ray_start import ensure_ray
     from pipelines.compare import default_parallel
 
     storage_obj = open_storage(sweep.storage_url)

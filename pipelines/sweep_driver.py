@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.config import (
     ConfigError,
 )
-from orchestrator.run import RunError
+from orchestrator.run_errors import RunError
 from pipelines.sweep_file import Sweep, absolute_paths_of
 from pipelines.sweep_objective import shown
 from pipelines.sweep_optuna import best_trial, distributions, quiet_optuna

@@ -37,7 +37,7 @@ def round_value(objective: ObjectiveConfig, history: list[dict[str, Any]], targe
     """What the pruner sees after the last round of `history`. For time_to_target: the time the target was
     reached, or else the clock now, a lower bound of the time it will be reached."""
     from orchestrator.participation import time_to_accuracy
-    from orchestrator.run import headline
+    from orchestrator.results import headline
 
     if objective.metric != TIME_TO_TARGET:
         return headline(history[-1], objective.metric)
@@ -50,7 +50,7 @@ def round_value(objective: ObjectiveConfig, history: list[dict[str, Any]], targe
 
 def final_score(objective: ObjectiveConfig, history: list[dict[str, Any]], target: float | None) -> Score:
     """The value the study is told for a run that finished."""
-    from orchestrator.run import summary_metrics
+    from orchestrator.results import summary_metrics
     from pipelines.compare import aggregate_metric
 
     if objective.metric != TIME_TO_TARGET:

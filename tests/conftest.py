@@ -67,7 +67,7 @@ def nothing_written_into_the_working_tree(request):
 def ray_session():
     import ray
 
-    from orchestrator.run import init_ray
+    from orchestrator.ray_start import init_ray
 
     if not ray.is_initialized():
         init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

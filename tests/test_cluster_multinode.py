@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.cluster import JobsAPI
-from orchestrator.run import RunError
+from orchestrator.run_errors import RunError
 from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, wait_until
 from tests.conftest import postgres_reachable
 from tests.outside_lab import MY_PROX, forget_lab, write_lab

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator import checkpoint as ckpt
 from orchestrator.config import ClaimCheck, load_config
-from orchestrator.run import RunInterrupted
+from orchestrator.signals import RunInterrupted
 from pipelines.claims import paired_verdict
 from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
 from tests.conftest import COMPARED

@@ -5,9 +5,11 @@ import pytest
 import torch
 
 from orchestrator.actors import plan_round
+from orchestrator.client_calls import CallKind, ClientCall
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, client_costs, in_process_calls
+from orchestrator.federation import Server, client_costs, in_process_calls
 from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
@@ -95,11 +97,13 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     server = Server(cfg, data)
     actor = ClientActor.remote(cfg, [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
     assert ray.get(actor.ping.remote()) is False  # alive, not loaded: a call now answers None
-    assert ray.get(actor.call_many.remote("update", None, [0], 0)) is None
+    assert ray.get(actor.call.remote(ClientCall(CallKind.UPDATE, None, [0], 0), None)) is None
     ray.get(actor.load.remote([ray.put(data)], 0))
     assert ray.get(actor.ping.remote()) is True
     payload = server.algorithm.payload(server.state, 0)
-    results, errors, _seconds = ray.get(actor.call_many.remote("update", payload, [0, 1, 2], 0))  # 1 lives elsewhere
+    call = ClientCall(CallKind.UPDATE, None, [0, 1, 2], 0)  # client 1 lives elsewhere
+    answered, _seconds = ray.get(actor.call.remote(call, payload))
+    results, errors = answered.results, answered.errors
     assert sorted(results) == [0, 2] and results[2].client_id == 2
     assert list(errors) == [1] and errors[1].startswith("KeyError: ") and "keeps client state" in errors[1]
     ray.kill(actor)

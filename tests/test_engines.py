@@ -6,9 +6,12 @@ import pytest
 import torch
 from torch import nn
 
+from orchestrator.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, build_algorithm, run_in_process
+from orchestrator.federation import Server, run_in_process
+from orchestrator.methods import build_algorithm
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.base import batch_mean, cross_entropy
 from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
@@ -47,6 +50,11 @@ def assert_close(a, b, atol: float, where: str) -> None:
         assert a == pytest.approx(b, abs=atol, rel=RTOL), where
 
 
+def trained(host: ClientHost, payload, cids: list[int], round_idx: int, summed: bool = False) -> ClientResults:
+    """The clients' updates on `host`, as in one process (an error raises)."""
+    return host.call(ClientCall(CallKind.UPDATE, payload, cids, round_idx, summed), raise_errors=True)
+
+
 def engines_after_rounds(tmp_path, *overrides: str, rounds: int = 2):
     """Both engines' updates and client states over `rounds` rounds, from the same server state each round."""
     cfg = tiny(tmp_path, *overrides)
@@ -59,7 +67,7 @@ def engines_after_rounds(tmp_path, *overrides: str, rounds: int = 2):
     out = []
     for t in range(rounds):
         payload = server.algorithm.payload(server.state, t)
-        updates = {e: h.update_many(payload, cids, t) for e, h in hosts.items()}
+        updates = {e: trained(h, payload, cids, t).results for e, h in hosts.items()}
         out.append((updates, {e: h.client_states() for e, h in hosts.items()}))
         server.state = server.algorithm.aggregate(server.state, [updates["sequential"][c] for c in cids], t)
     return data, out
@@ -104,12 +112,12 @@ def test_a_clients_result_depends_on_who_trains_with_it_only_in_the_last_bits(tm
     cfg = tiny(tmp_path, "algorithm.name=fedprox", "train.engine=vectorized")
     data = prepare_data(cfg)
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
-    together = ClientHost(cfg, data, list(range(6))).update_many(payload, list(range(6)), 0)
+    together = trained(ClientHost(cfg, data, list(range(6))), payload, list(range(6)), 0).results
     for group in ([0, 2, 4], [1, 3, 5], [5]):
-        apart = ClientHost(cfg, data, group).update_many(payload, group, 0)
+        apart = trained(ClientHost(cfg, data, group), payload, group, 0).results
         for cid in group:
             assert_close(together[cid].tensors, apart[cid].tensors, SGD_ATOL, f"client {cid} in {group}")
-    again = ClientHost(cfg, data, list(range(6))).update_many(payload, list(range(6)), 0)
+    again = trained(ClientHost(cfg, data, list(range(6))), payload, list(range(6)), 0).results
     for cid in range(6):
         for key, value in together[cid].tensors.items():
             assert torch.equal(value, again[cid].tensors[key]), (cid, key)
@@ -205,8 +213,9 @@ def test_a_client_that_fails_leaves_its_vectorized_batch_training(tmp_path):
     cfg = tiny(tmp_path, "algorithm.name=local", "train.engine=vectorized")
     data = prepare_data(cfg)
     host = ClientHost(cfg, data, [0, 2])
-    results, errors = host.call_many("update", {}, [0, 1, 2], 0)  # client 1 lives elsewhere
-    assert sorted(results) == [0, 2] and list(errors) == [1] and "keeps client state" in errors[1]
+    answered = host.call(ClientCall(CallKind.UPDATE, {}, [0, 1, 2], 0))  # client 1 lives elsewhere
+    assert sorted(answered.results) == [0, 2] and answered.failed == [1]
+    assert "keeps client state" in answered.errors[1]
     assert sorted(host.client_states()) == [0, 2]
 
 
@@ -245,15 +254,15 @@ def test_stacked_batches_pad_to_the_longest_real_batch_by_hand(tmp_path):
 def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(tmp_path, name):
     """resources.partial_sums on the vectorized engine sums the stacked trained models directly (no per-client
     copies); it equals `sum_updates` of the same round's per-client updates to float64 rounding."""
-    from orchestrator.federation import PARTIAL_SUMS, sum_updates
+    from orchestrator.partial_sums import sum_updates
 
     cfg = tiny(tmp_path, f"algorithm.name={name}", "train.engine=vectorized", "resources.partial_sums=true")
     data = prepare_data(cfg)
     cids = list(range(data.num_clients))
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
-    direct = ClientHost(cfg, data, cids).update_many(payload, cids, 0, summed=True)
-    reference = sum_updates(ClientHost(cfg, data, cids).update_many(payload, cids, 0))
-    (got,), (want,) = direct.pop(PARTIAL_SUMS), reference.pop(PARTIAL_SUMS)
+    direct = trained(ClientHost(cfg, data, cids), payload, cids, 0, summed=True)
+    reference, (want,) = sum_updates(trained(ClientHost(cfg, data, cids), payload, cids, 0).results)
+    (got,), direct = direct.partial_sums, direct.results
     assert (got.first_client, got.weight, got.bytes_sent) == (want.first_client, want.weight, want.bytes_sent)
     assert set(got.sums) == set(want.sums) and set(got.buffers) == set(want.buffers)
     for key in want.sums:

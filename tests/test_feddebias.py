@@ -8,9 +8,11 @@ import pytest
 import torch
 from torch import nn
 
+from orchestrator.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, in_process_calls
+from orchestrator.federation import Server, in_process_calls
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import make_optimizer, state_of, step
 from tasks.algorithms.feddebias import (
@@ -95,10 +97,10 @@ def run_rounds(digits, rounds: int, *overrides: str):
 
     call = in_process_calls(host)
 
-    def recording(method, payload, cids, t):
-        if method == "update":
-            payloads.append(payload)
-        return call(method, payload, cids, t)
+    def recording(request: ClientCall) -> ClientResults:
+        if request.kind is CallKind.UPDATE:
+            payloads.append(request.payload)
+        return call(request)
 
     for _ in range(rounds):
         server.run_round(recording)

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config, with_overrides
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, in_process_calls, run_in_process
+from orchestrator.federation import Server, in_process_calls, run_in_process
 from orchestrator.storage import torch_bytes, torch_load_safe
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.fednh import PROTOTYPES, SCALE, FedNHParams, weighted_correct

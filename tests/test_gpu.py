@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from orchestrator.config import load_config
-from orchestrator.run import read_run_config, run_experiment
+from orchestrator.run import run_experiment
+from orchestrator.run_dir import read_run_config
 from tasks.algorithms import ALGORITHMS
 from tests.checkpoint_devices import saved_devices
 

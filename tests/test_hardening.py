@@ -21,7 +21,9 @@ import pytest
 
 from orchestrator import checkpoint as ckpt
 from orchestrator.config import ConfigError, load_config
-from orchestrator.run import RunError, check_output_dirs, run_experiment
+from orchestrator.run import run_experiment
+from orchestrator.run_dir import check_output_dirs
+from orchestrator.run_errors import RunError
 
 FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
         "resources.resident_clients=1"]
@@ -353,7 +355,7 @@ def copy_of(run: Path, tmp_path: Path) -> Path:
 def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_run, tmp_path):
     import yaml
 
-    from orchestrator.run import read_run_config
+    from orchestrator.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -375,7 +377,7 @@ def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_ru
 @pytest.mark.ray
 def test_a_resume_may_extend_the_run_and_change_where_it_runs_not_shrink_it(finished_run, tmp_path):
     from orchestrator import resume_config
-    from orchestrator.run import read_run_config
+    from orchestrator.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -458,7 +460,7 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_naming_the_file_and_the_resume(
     import torch
 
     from orchestrator import storage
-    from orchestrator.run import disk_full
+    from orchestrator.run_errors import disk_full
 
     _, original, _ = finished_run
     snapshot = ckpt.load_server_snapshot(str(original / "checkpoints" / "round-000004"))

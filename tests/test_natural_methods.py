@@ -8,7 +8,8 @@ import pytest
 
 from orchestrator.config import load_config, with_overrides
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import build_algorithm, run_in_process
+from orchestrator.federation import run_in_process
+from orchestrator.methods import build_algorithm
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.engines import refusal
 from tests.natural_data import femnist_users, write_leaf, write_play

@@ -8,16 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import (
-    PARTIAL_SUMS,
-    ClientHost,
-    Server,
-    fold_partial_sums,
-    in_process_calls,
-    sum_updates,
-)
+from orchestrator.federation import Server, in_process_calls
+from orchestrator.partial_sums import fold_partial_sums, sum_updates
 from orchestrator.run import run_experiment
 from tasks.algorithms import ClientUpdate
 
@@ -30,8 +25,7 @@ def update(cid: int, n: int, w: list[float], steps: int = 0) -> ClientUpdate:
 
 
 def test_a_partial_sum_is_the_hand_computed_weighted_sum_and_strips_the_models():
-    summed = sum_updates({3: update(3, 3, [3.0, -1.0], steps=9), 1: update(1, 1, [1.0, 2.0], steps=4)})
-    (partial,) = summed.pop(PARTIAL_SUMS)
+    summed, (partial,) = sum_updates({3: update(3, 3, [3.0, -1.0], steps=9), 1: update(1, 1, [1.0, 2.0], steps=4)})
     assert partial.first_client == 1 and partial.weight == 4.0
     assert torch.equal(partial.sums["w"], torch.tensor([1 * 1.0 + 3 * 3.0, 1 * 2.0 + 3 * -1.0], dtype=torch.float64))
     assert torch.equal(partial.buffers["steps"], torch.tensor(4))  # the first client's integer buffer, as FedAvg
@@ -41,8 +35,8 @@ def test_a_partial_sum_is_the_hand_computed_weighted_sum_and_strips_the_models()
 
 def test_folding_partials_in_any_split_gives_the_weighted_mean():
     clients = {0: update(0, 1, [1.0]), 1: update(1, 3, [3.0]), 2: update(2, 4, [0.5])}
-    whole = sum_updates(dict(clients))[PARTIAL_SUMS]
-    split = sum_updates({0: clients[0], 2: clients[2]})[PARTIAL_SUMS] + sum_updates({1: clients[1]})[PARTIAL_SUMS]
+    whole = sum_updates(dict(clients))[1]
+    split = sum_updates({0: clients[0], 2: clients[2]})[1] + sum_updates({1: clients[1]})[1]
     expected = torch.tensor([(1 * 1.0 + 3 * 3.0 + 4 * 0.5) / 8])
     reference = {"w": torch.zeros(1), "steps": torch.tensor(0)}
     assert torch.equal(fold_partial_sums(whole, reference)["w"], expected)

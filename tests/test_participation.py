@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from orchestrator.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.client_host import ClientHost
 from orchestrator.client_store import FRESH
 from orchestrator.config import ConfigError, load_config
 from orchestrator.datasets import prepare_data
-from orchestrator.federation import ClientHost, Server, in_process_calls, run_in_process, sample_clients
+from orchestrator.federation import Server, in_process_calls, run_in_process, sample_clients
 from orchestrator.participation import (
     Availability,
     ClientSystems,
@@ -21,7 +23,7 @@ from orchestrator.participation import (
     spread,
     time_to_accuracy,
 )
-from orchestrator.run import summary_metrics
+from orchestrator.results import summary_metrics
 from pipelines.compare import Comparison, format_table, summary_table
 
 TINY = ["data.num_clients=8", "train.rounds=3", "train.local_epochs=1", "train.clients_per_round=3"]
@@ -174,10 +176,10 @@ def test_everything_at_once_is_reproducible_and_trains_only_the_kept_clients(wor
     trained: list[list[int]] = []
     inner = in_process_calls(host)
 
-    def call(method, payload, cids, round_idx):
-        if method == "update":
-            trained.append(list(cids))
-        return inner(method, payload, cids, round_idx)
+    def call(request: ClientCall) -> ClientResults:
+        if request.kind is CallKind.UPDATE:
+            trained.append(list(request.client_ids))
+        return inner(request)
 
     history = [server.run_round(call) for _ in range(4)]
     assert [len(t) for t in trained] == [m["clients"] for m in history]
@@ -264,10 +266,10 @@ def test_a_class_with_no_arrivals(workdir, name):
     def fold(cids: list[int], t: int):
         payload = server.algorithm.payload(server.state, t)
         if server.algorithm.capabilities().pre_round_exchange:
-            contributions, _ = call("pre_round", payload, cids, t)
+            contributions = call(ClientCall(CallKind.PRE_ROUND, payload, cids, t)).results
             server.state = server.algorithm.server_pre_round(server.state, [contributions[k] for k in cids], t)
             payload = server.algorithm.payload(server.state, t)
-        updates, _ = call("update", payload, cids, t)
+        updates = call(ClientCall(CallKind.UPDATE, payload, cids, t)).results
         server.state = server.algorithm.aggregate(server.state, [updates[k] for k in cids], t)
 
     held = next(k for k in range(10) if any(k in holds[cid] for cid in without))  # a class that does arrive

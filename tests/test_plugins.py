@@ -136,8 +136,9 @@ def test_an_installed_package_s_entry_points_name_its_method_and_may_not_take_a_
 
 def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_dropped(lab):
     """On both engines (on Ray, each client's update fails with this line)."""
+    from orchestrator.client_cache import UndeclaredClientState
     from orchestrator.datasets import prepare_data
-    from orchestrator.federation import UndeclaredClientState, run_in_process
+    from orchestrator.federation import run_in_process
 
     (lab / "my_lab" / "forgetful.py").write_text(textwrap.dedent("""
         from my_lab.method import MyProx

@@ -9,7 +9,9 @@ import pytest
 
 from orchestrator.plots import COLOURS, method_styles, plot_comparison, seed_curves, sync_rounds
 from orchestrator.progress import Progress, clock
-from orchestrator.run import RunLog, backfill_tracking, headline, summary_metrics
+from orchestrator.results import headline, summary_metrics
+from orchestrator.round_loop import backfill_tracking
+from orchestrator.run_dir import RunLog
 from orchestrator.tracking import Tracker
 from pipelines.compare import Comparison, format_table, parent_metrics, summary_table
 

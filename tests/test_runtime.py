@@ -200,7 +200,8 @@ def test_run_cli_output_json(tmp_path):
 def test_a_dead_coordinator_leaves_a_checkpoint_to_resume_from(ray_session, workdir):
     import ray
 
-    from orchestrator.run import RunError, coordinator_name
+    from orchestrator.placement import coordinator_name
+    from orchestrator.run_errors import RunError
 
     # MOON's clients keep their previous model; one state in memory per actor, the rest read back from disk
     cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=2", "algorithm.name=moon",

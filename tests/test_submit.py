@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import cluster
 from orchestrator.cli import build_parser, main
-from orchestrator.run import RunError
+from orchestrator.run_errors import RunError
 from tests.cluster_fixture import ROOT, free_port
 
 SHARED = ["--set", "tracking.uri=http://mlflow:5000", "--set", "checkpoint.dir=s3://bucket/runs",

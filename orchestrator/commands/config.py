@@ -27,7 +27,7 @@ def main(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     if args.action == "check":
-        from orchestrator.run import check_output_dirs
+        from orchestrator.run_dir import check_output_dirs
 
         check_output_dirs(cfg)
         print(f"{args.config}: valid")

@@ -48,7 +48,7 @@ def main(args) -> int:
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:
-        from orchestrator.run import verified_checkpoint
+        from orchestrator.run_dir import verified_checkpoint
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
     ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
@@ -81,7 +81,8 @@ def config_and_ray(args, start_ray: bool):
     from concurrent.futures import ThreadPoolExecutor
 
     from orchestrator.config import build_config
-    from orchestrator.run import ensure_ray, raw_config_for_run
+    from orchestrator.ray_start import ensure_ray
+    from orchestrator.run_dir import raw_config_for_run
 
     raw, source = raw_config_for_run(args.config, args.overrides, args.resume)
     launched = seconds_since_launch()
@@ -105,7 +106,8 @@ def _checked_data(validated, seconds: list[float]):
     them first, and this runs before the run)."""
     import time
 
-    from orchestrator.run import check_output_dirs, prepare_data
+    from orchestrator.run_dir import check_output_dirs
+    from orchestrator.run_start import prepare_data
 
     cfg = validated.result()
     check_output_dirs(cfg)

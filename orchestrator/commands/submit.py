@@ -108,7 +108,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
 
         sweep = load_sweep(parsed.sweep, overrides=parsed.overrides)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage
-    from orchestrator.run import load_config_for_run
+    from orchestrator.run_dir import load_config_for_run
 
     resume = getattr(parsed, "resume", None)
     return parsed.config, [load_config_for_run(parsed.config, parsed.overrides, resume)], None
@@ -119,7 +119,7 @@ def report_outcome(api, job_id: str) -> int:
     if status == "SUCCEEDED":
         print(f"{job_id} succeeded", file=sys.stderr)
         return 0
-    from orchestrator.run import RunError
+    from orchestrator.run_errors import RunError
 
     raise RunError(f"job {job_id} {status.lower()}: {message or 'no message'}; "
                    f"see `mooring jobs logs {job_id} --address {api.url}`")

@@ -1,0 +1,99 @@
+"""What a client host keeps of its clients between calls: their data shards (built on demand, the least recently
+used dropped past a limit), the payload on the host's device, and the hosted clients' persistent states."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from orchestrator.client_store import ClientStateStore
+from tasks.algorithms import Algorithm
+from tasks.algorithms.base import to_device
+from tasks.data.federated import FederatedData
+
+
+class UndeclaredClientState(TypeError):
+    """A method returned per-client state without declaring that it keeps any."""
+
+
+class ClientCache:
+    """The data and state of a host's clients, on the host's device.
+
+    A hosted client's shard is built when it is first needed, and at most `shards_kept` shards (and as many
+    guests' ones) stay built, least recently used out: an actor of 50,000 clients would otherwise hold a copy of
+    all their data beside the one in the object store. Building a shard again gives the same tensors, so this
+    changes no result. A guest (a client hosted elsewhere, of a method whose clients keep no state, sent here to
+    balance a round) has its data built on demand and nothing of it stays."""
+
+    def __init__(self, algorithm: Algorithm, data: FederatedData, client_ids: list[int], device: torch.device,
+                 shards_kept: int | None, states: ClientStateStore):
+        self.algorithm, self.federated, self.device = algorithm, data, device
+        self.hosted = frozenset(client_ids)
+        self.shards_kept = shards_kept  # None: every shard stays once built
+        self.shards: OrderedDict[int, Any] = OrderedDict()  # hosted clients' built shards, LRU order
+        self.guests: OrderedDict[int, Any] = OrderedDict()
+        self.global_tests: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # the hosted clients' persistent states (orchestrator/client_store.py): in memory, or spilled to disk
+        self.states = states
+        self._payload_received: Any = None
+        self._payload_here: Any = None
+
+    # ------------------------------------------------------------------ data
+    def data(self, cid: int):
+        if cid in self.hosted:
+            return self._cached(self.shards, cid, self.shards_kept)
+        if self.algorithm.capabilities().keeps_client_state:
+            raise KeyError(f"client {cid} is not hosted here and {self.algorithm.name} keeps client state")
+        # at most as much guest data as own data
+        return self._cached(self.guests, cid, max(1, min(len(self.hosted), self.shards_kept or len(self.hosted))))
+
+    def _cached(self, cache: OrderedDict, cid: int, limit: int | None):
+        if cid in cache:
+            cache.move_to_end(cid)
+        else:
+            cache[cid] = self._build_data(cid)
+            if limit is not None and len(cache) > limit:
+                cache.popitem(last=False)
+        return cache[cid]
+
+    def _build_data(self, cid: int):
+        """A client's shard, on this host's device; personalized methods also see the global test set, one
+        copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
+        1,000 copies)."""
+        data = to_device(self.federated.client_data(cid), self.device)
+        if self.algorithm.capabilities().personalized:
+            if data.domain not in self.global_tests:
+                self.global_tests[data.domain] = to_device(self.federated.global_test(data.domain), self.device)
+            data.global_x_test, data.global_y_test = self.global_tests[data.domain]
+        return data
+
+    def here(self, payload):
+        """The payload on this host's device, moved once for all the clients it is sent to."""
+        if payload is not self._payload_received:
+            self._payload_received, self._payload_here = payload, to_device(payload, self.device)
+        return self._payload_here
+
+    # ------------------------------------------------------------------ state
+    def state(self, cid: int, round_idx: int):
+        """The client's state as round `round_idx` begins (an evaluation's round index is the rounds done)."""
+        if cid not in self.hosted:
+            return self.algorithm.init_client(self.data(cid))
+        state = self.states.get(cid, upto=round_idx)
+        if state is None:
+            state = self.algorithm.init_client(self.data(cid))
+            self.states.keep_fresh(cid, state)
+        return state
+
+    def keep_state(self, cid: int, state, round_idx: int) -> None:
+        """A method without client state is given back the state it started from (an empty one): nothing to write,
+        so 100,000 clients of FedAvg leave no file each behind. One that returns a state all the same has it
+        refused, not dropped."""
+        if not self.algorithm.capabilities().keeps_client_state:
+            if state:
+                raise UndeclaredClientState(
+                    f"{self.algorithm.name} returned a client state ({', '.join(map(str, state))}) but declares "
+                    "keeps_client_state = False, so it would be dropped; declare keeps_client_state = True to keep it")
+            return
+        if cid in self.hosted:
+            self.states.put(cid, to_device(state, "cpu"), round_idx + 1)

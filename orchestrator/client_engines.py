@@ -1,0 +1,123 @@
+"""A round's local training on a client host, by engine (train.engine): one client after another (sequential), or
+a batch of clients per architecture trained together (vectorized, tasks/algorithms/engines.py). Either returns the
+updates, or with `summed` (resources.partial_sums) the updates without models and their partial sums."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from orchestrator.client_calls import ClientCall, ClientResults, guarded, one_line
+from orchestrator.partial_sums import PartialSum, sum_updates
+from tasks.algorithms import ClientUpdate
+from tasks.algorithms.base import to_device
+from tasks.algorithms.engines import ClientRound, train_vectorized
+
+if TYPE_CHECKING:
+    from orchestrator.client_host import ClientHost
+
+
+def results_of(updates: dict[int, ClientUpdate], summed: bool, errors: dict[int, str],
+               uniform: bool) -> ClientResults:
+    """`uniform` (privacy.models): the clipped updates weigh 1 each in their partial sum."""
+    if not summed:
+        return ClientResults(updates, [], errors)
+    stripped, partials = sum_updates(updates, uniform)
+    return ClientResults(stripped, partials, errors)
+
+
+class SequentialEngine:
+    """Each client's `client_update` in turn, seeded from (run seed, round, client)."""
+
+    def __init__(self, host: ClientHost):
+        self.host = host
+
+    def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
+        """With `errors`, a client that fails is left out and its error recorded there; without, it raises."""
+        host, updates = self.host, {}
+        for cid, seeds in zip(call.client_ids, host.round_seeds(call.client_ids, call.round)):
+            update = guarded(errors, cid, lambda cid=cid, seeds=seeds: host.update(call.payload, cid, call.round, seeds))
+            if update is not None:
+                updates[cid] = update
+        return results_of(updates, call.summed, errors if errors is not None else {}, host.model_dp.active)
+
+
+class VectorizedEngine:
+    """The clients' local objectives, grouped by architecture (model key), each group trained as one batch; a
+    method that sends its trained model as it is (FedAvg) and keeps no client state has its partial sum taken
+    straight from the stacked models."""
+
+    def __init__(self, host: ClientHost):
+        self.host = host
+        capabilities = host.algorithm.capabilities()
+        self.sums_stacked = (capabilities.uploads_trained_model and not capabilities.keeps_client_state
+                             and not host.model_dp.active)  # each update is clipped apart first
+
+    def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
+        """With `errors`, a client that fails before or after training is left out and its error recorded, and a
+        batch that fails fails its clients together; without, any failure raises."""
+        if errors is None:
+            return self._updates(call, None)
+        try:
+            return self._updates(call, errors)
+        except Exception as err:  # noqa: BLE001 - training failed: its clients fail together, the actor goes on
+            return ClientResults(errors={**{cid: one_line(err) for cid in call.client_ids}, **errors})
+
+    def _updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
+        algorithm = self.host.algorithm
+        start = time.perf_counter()
+        updates, partials = {}, []
+        for key, group in self._prepared_rounds(call, errors).items():
+            batch = train_vectorized(algorithm, algorithm.working_model(key=key), [r for _, r in group])
+            if call.summed and self.sums_stacked:
+                partial, summed_updates = self._summed_batch(group, batch)
+                partials.append(partial)
+                updates.update(summed_updates)
+                continue
+            for (cid, r), result in zip(group, batch.each()):
+                update = guarded(errors, cid, lambda cid=cid, r=r, result=result: self._finish(call, cid, r, result))
+                if update is not None:
+                    updates[cid] = update
+        seconds = (time.perf_counter() - start) / max(1, len(call.client_ids))  # the clients' share of the batch's time
+        for update in updates.values():
+            update.metrics.setdefault("seconds", seconds)
+        ordered = {cid: updates[cid] for cid in call.client_ids if cid in updates}
+        errors = errors if errors is not None else {}
+        if call.summed and self.sums_stacked:
+            return ClientResults(ordered, partials, errors)
+        return results_of(ordered, call.summed, errors, self.host.model_dp.active)
+
+    def _prepared_rounds(self, call: ClientCall,
+                         errors: dict[int, str] | None) -> dict[object, list[tuple[int, ClientRound]]]:
+        """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""
+        rounds: dict[object, list[tuple[int, ClientRound]]] = {}
+        for cid, seeds in zip(call.client_ids, self.host.round_seeds(call.client_ids, call.round)):
+            prepared = guarded(errors, cid, lambda cid=cid, seeds=seeds: self._client_round(call, cid, seeds))
+            if prepared is not None:
+                rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
+        return rounds
+
+    def _client_round(self, call: ClientCall, cid: int, seeds: tuple[int, int]) -> ClientRound:
+        host = self.host
+        data = host.cache.data(cid)
+        ctx = host.context(cid, call.round, seed_torch=False, seeds=seeds)
+        return ClientRound(data, ctx, host.algorithm.local_objective(host.cache.here(call.payload), data,
+                                                                     host.cache.state(cid, call.round), ctx))
+
+    @staticmethod
+    def _summed_batch(group: list[tuple[int, ClientRound]], batch) -> tuple[PartialSum, dict[int, ClientUpdate]]:
+        """One batch's partial sum, and its clients' updates without models, as FedAvg's client_result and
+        `sum_updates` would make them."""
+        sizes = [r.data.num_samples for _, r in group]
+        sums, buffers = batch.weighted_sum([float(n) for n in sizes])
+        model_bytes = sum(t[0].numel() * t.element_size() for t in batch.stacked.values()) * len(group)
+        partial = PartialSum(min(cid for cid, _ in group), float(sum(sizes)), sums, buffers, model_bytes)
+        updates = {cid: ClientUpdate(cid, n, metrics={"train_loss": loss})
+                   for (cid, _), n, loss in zip(group, sizes, batch.losses)}
+        return partial, updates
+
+    def _finish(self, call: ClientCall, cid: int, r: ClientRound, result) -> ClientUpdate:
+        host = self.host
+        update, state = host.algorithm.client_result(result.state, result.train_loss, host.cache.here(call.payload),
+                                                     r.data, host.cache.state(cid, r.ctx.round), r.ctx)
+        host.cache.keep_state(cid, state, r.ctx.round)
+        return host.private(to_device(update, "cpu"), call.payload, r.ctx.round)

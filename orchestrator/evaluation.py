@@ -1,0 +1,47 @@
+"""Evaluation: the global model on the global test sets, and which clients' own models are evaluated and how
+their accuracies are summarised."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tasks.algorithms import Algorithm
+from tasks.algorithms.base import State, count_correct, derive_seed
+
+EVAL_STREAM = 0xE7A
+
+
+def accuracies_on_test_sets(algorithm: Algorithm, state: State,
+                            test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]], batch_size: int,
+                            device: torch.device | str = "cpu") -> dict[str, float] | None:
+    """{test set: accuracy} of the global model in `state`, evaluated on `device`; None without a global model."""
+    model = algorithm.global_model(state)
+    if model is None:
+        return None
+    model.to(device)
+    return {name: count_correct(model, x, y, batch_size) / max(1, len(y)) for name, (x, y) in test_sets.items()}
+
+
+def personalized_eval_clients(seed: int, num_clients: int, sample: int | None) -> list[int]:
+    """The clients whose own models are evaluated (eval.personalized_clients): all, or a sample drawn from the run
+    seed alone, never the method, so every method of a seed is evaluated on the same clients (paired)."""
+    if sample is None or sample >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, EVAL_STREAM))
+    return sorted(int(c) for c in rng.choice(num_clients, sample, replace=False))
+
+
+def personalized_summary(per_client: dict[int, dict[str, tuple[float, float]]]) -> dict[str, float]:
+    """Sample-weighted accuracy per metric, plus its mean and spread across the clients evaluated (fairness),
+    and how many clients that was."""
+    out: dict[str, float] = {"personalized_clients": len(per_client)}
+    metrics = sorted({k for res in per_client.values() for k in res})
+    for key in metrics:
+        pairs = [per_client[c][key] for c in sorted(per_client) if key in per_client[c]]
+        correct, total = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        per = [c / n for c, n in pairs if n > 0]
+        name = "personalized_accuracy" if key == "acc" else f"personalized_{key}"
+        out[name] = correct / total if total else float("nan")
+        out[f"{name}_client_mean"] = float(np.mean(per)) if per else float("nan")
+        out[f"{name}_client_std"] = float(np.std(per)) if per else float("nan")
+    return out

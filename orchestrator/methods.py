@@ -1,0 +1,22 @@
+"""The run's method object, built from its config: the same one on the coordinator and on every client host."""
+from __future__ import annotations
+
+from tasks.algorithms import ALGORITHMS, Algorithm, Setup, TrainSettings
+
+
+def train_settings(cfg) -> TrainSettings:
+    t = cfg.train
+    return TrainSettings(
+        rounds=t.rounds, local_epochs=t.local_epochs, local_steps=t.local_steps, batch_size=t.batch_size,
+        drop_last=t.drop_last, optimizer=t.optimizer.name, lr=t.optimizer.lr, momentum=t.optimizer.momentum,
+        weight_decay=t.optimizer.weight_decay, schedule=t.lr_schedule.name, gamma=t.lr_schedule.gamma,
+        grad_clip=t.grad_clip,
+    )
+
+
+def build_algorithm(cfg, num_classes: int, input_shape: tuple[int, ...]) -> Algorithm:
+    setup = Setup(num_classes=num_classes, input_shape=tuple(input_shape), num_clients=cfg.data.num_clients,
+                  model_name=cfg.model.name, model_options=cfg.model.options, model_init=cfg.model.init,
+                  model_head_init=cfg.model.head_init, train=train_settings(cfg), seed=cfg.seed,
+                  stats_privacy=cfg.privacy_settings.stats)
+    return ALGORITHMS.get(cfg.algorithm.name)(cfg.algorithm.params_for(), setup)

@@ -1,0 +1,113 @@
+"""A run's set-up: Ray, the data, the MLflow run, the coordinator and its client actors, overlapped where they
+can be."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from orchestrator import resume_config
+from orchestrator.config import ConfigError, ExperimentConfig
+from orchestrator.phases import Phases
+from orchestrator.placement import coordinator_name, default_num_actors, on_this_node
+from orchestrator.ray_start import ensure_ray
+from orchestrator.results import run_params
+from orchestrator.run_context import RunContext
+from orchestrator.run_dir import code_version
+from orchestrator.tracking import Tracker
+
+
+def set_up(ctx: RunContext):
+    """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
+    on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
+    actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
+    run. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    import ray
+
+    cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot
+    data_ready = ctx.request.data
+    coordinator = tracking_started = None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
+        if data_ready is None:
+            data_ready = background.submit(timed, phases, "start: data (in the background)", prepare_data, cfg)
+        try:
+            with phases("start: Ray"):
+                ensure_ray(ctx.request.address)
+            ctx.stop.install()
+            from orchestrator.actors import CoordinatorActor
+
+            if not ctx.resumed:
+                log.write("config.yaml", cfg.to_yaml())
+                resume_config.record(log.run_dir, cfg)
+            with phases("start: launch coordinator"):
+                coordinator = CoordinatorActor.options(name=coordinator_name(log.run_dir),
+                                                       scheduling_strategy=on_this_node(),
+                                                       ).remote(cfg, default_num_actors(cfg), log.run_dir)
+            with phases("start: wait for the data"):
+                data = data_ready.result()
+            check_engine(cfg, data)
+            tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
+                    **(data.partition.tally.as_tags() if data.partition.tally else {}),
+                    "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
+            tracking_started = background.submit(
+                timed, phases, "start: MLflow run (in the background)", start_tracking, cfg, tags,
+                ctx.request.parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
+            with phases("start: data into the object store"):
+                data_ref = ray.put(data)
+            # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)
+            del data
+            data_ready = None
+            with phases("start: client actors ready and loaded"):
+                ray.get(coordinator.start.remote([data_ref], snapshot))
+            with phases("start: wait for MLflow"):
+                tracker = tracking_started.result()
+            log.write("run.json", json.dumps({"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri, **tags}))
+            with phases("start: set-up exchange"):
+                # set_up also writes actors.json: where each client actor runs and what it was given
+                ray.get(coordinator.set_up.remote())
+        except BaseException as e:
+            abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            raise
+    return coordinator, tracker
+
+
+def check_engine(cfg: ExperimentConfig, data) -> None:
+    """Refuse, before any client actor loads, a `train.engine: vectorized` the method or its model cannot run on
+    (`auto` falls back and `sequential` runs anything, so neither builds the model here)."""
+    from orchestrator.methods import build_algorithm
+    from tasks.algorithms.engines import choose_engine
+
+    if cfg.train.engine != "vectorized":
+        return
+    try:
+        choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def abandon_set_up(coordinator, tracking_started, status: str) -> None:
+    import ray
+
+    if coordinator is not None:
+        ray.kill(coordinator)
+    if tracking_started is not None and tracking_started.exception() is None:
+        tracking_started.result().end(status)
+
+
+def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: str | None,
+                   resume_run_id: str | None) -> Tracker:
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+    tracker.start(f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}", run_params(cfg), tags,
+                  parent_run_id=parent_run_id, resume_run_id=resume_run_id)
+    return tracker
+
+
+def prepare_data(cfg: ExperimentConfig):
+    """The run's FederatedData (imports torch and pyarrow: called in a thread, off the main thread's path to Ray)."""
+    from orchestrator.datasets import prepare_data
+
+    return prepare_data(cfg)
+
+
+def timed(phases: Phases, name: str, fn, *args, **kwargs):
+    with phases(name):
+        return fn(*args, **kwargs)

@@ -4,6 +4,8 @@ for the model updates and for the class statistics), over a few seeds, through `
 
     python -m benchmarks.privacy_cost --out /tmp/privacy-cost [--seeds 0,1,2] [--levels 0.1,0.3,1,3]
     python -m benchmarks.privacy_cost --out /tmp/pooled --levels 0.3,1,3 --merge /tmp/privacy-cost /tmp/seed2
+    python -m benchmarks.privacy_cost --config configs/shakespeare.yaml --set privacy.models.clip=1 \
+        --set privacy.stats.clip=4 --methods fedavg,fedfa,fednh --levels 1 --seeds 0 --out /tmp/privacy-shakespeare
 
 Writes OUT/privacy_table.md (accuracy mean ± std over seeds, ε of each mechanism) and OUT/privacy_cost.png
 (accuracy against ε), with the comparison's own outputs under OUT/compare; runs and MLflow store under OUT.
@@ -68,7 +70,7 @@ def table(rows: list[dict]) -> str:
     return markdown_table(["method", "z", "seeds", "accuracy % (mean ± std)", "ε models", "ε stats"], body)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, task: str = "the digits") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +98,7 @@ def plot(rows: list[dict], path: Path) -> None:
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     fig.legend([handles[m] for m in METHODS if m in handles], [m for m in METHODS if m in handles],
                loc="lower center", ncol=len(METHODS), fontsize=9)
-    fig.suptitle("Accuracy against ε on the digits (dotted: the same method without privacy)", fontsize=11)
+    fig.suptitle(f"Accuracy against ε on {task} (dotted: the same method without privacy)", fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
@@ -116,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/privacy-cost")
+    parser.add_argument("--config", default=CONFIG, help="the experiment (its privacy block gives C and the feature clip)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override of the config")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--levels", default="0.1,0.3,1,3", help="noise multipliers z")
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -126,20 +130,22 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",")]
     levels = [float(z) for z in args.levels.split(",")]
+    task = "the digits" if args.config == CONFIG else Path(args.config).stem
     if args.merge:
-        return report(merged_histories(args.merge), levels, out)
-    base = load_config(CONFIG, [f"checkpoint.dir={out / 'runs'}", f"data.partitions_dir={out / 'partitions'}",
-                                f"tracking.uri=sqlite:///{out / 'mlflow.db'}"])
+        return report(merged_histories(args.merge), levels, out, task)
+    base = load_config(args.config, [*args.set, f"checkpoint.dir={out / 'runs'}",
+                                     f"data.partitions_dir={out / 'partitions'}",
+                                     f"tracking.uri=sqlite:///{out / 'mlflow.db'}"])
     comp = compare(base, variants(args.methods.split(","), levels), seeds, out / "compare", parallel=args.parallel,
                    progress=False)
-    report(comp.histories, levels, out)
+    report(comp.histories, levels, out, task)
 
 
-def report(histories: dict[str, dict], levels: list[float], out: Path) -> None:
+def report(histories: dict[str, dict], levels: list[float], out: Path, task: str = "the digits") -> None:
     rows = summarise(histories, levels)
     out.mkdir(parents=True, exist_ok=True)
     (out / "privacy_table.md").write_text(table(rows) + "\n")
-    plot(rows, out / "privacy_cost.png")
+    plot(rows, out / "privacy_cost.png", task)
     print(table(rows))
 
 

@@ -195,15 +195,19 @@ def test_everything_at_once_is_reproducible_and_trains_only_the_kept_clients(wor
 def test_a_restored_server_goes_on_from_the_same_clock(workdir):
     cfg = load_config("configs/default.yaml", TINY + workdir + EVERYTHING + [
         "participation.availability.kind=diurnal", "participation.availability.period=10"])
+    assert_restored_server_goes_on(cfg, after=2, rounds=1)
+
+
+def assert_restored_server_goes_on(cfg, after: int, rounds: int) -> None:
+    """A server restored from another's snapshot after `after` rounds runs the next `rounds` rounds as it does."""
     data = prepare_data(cfg)
-    host = ClientHost(cfg, data, list(range(8)))
-    call = in_process_calls(host)
+    call = in_process_calls(ClientHost(cfg, data, list(range(8))))
     first = Server(cfg, data)
-    for _ in range(2):
+    for _ in range(after):
         first.run_round(call)
     second = Server(cfg, data)
     second.restore(first.snapshot())
-    assert second.run_round(call) == first.run_round(call)
+    assert [second.run_round(call) for _ in range(rounds)] == [first.run_round(call) for _ in range(rounds)]
 
 
 # ----------------------------------------------------------------------------------------- reporting
@@ -368,15 +372,7 @@ def test_a_buffered_run_is_reproducible_resumable_and_stale(workdir):
     history = deterministic_run(cfg)
     assert deterministic_run(cfg) == history
     assert max(m["staleness_max"] for m in history) > 0 and all(m["clients"] <= 3 for m in history)
-    data = prepare_data(cfg)
-    host = ClientHost(cfg, data, list(range(8)))
-    call = in_process_calls(host)
-    first = Server(cfg, data)
-    for _ in range(2):
-        first.run_round(call)
-    second = Server(cfg, data)
-    second.restore(first.snapshot())
-    assert [second.run_round(call) for _ in range(2)] == [first.run_round(call) for _ in range(2)]
+    assert_restored_server_goes_on(cfg, after=2, rounds=2)
 
 
 def test_buffered_aggregation_refuses_methods_it_cannot_run(workdir):

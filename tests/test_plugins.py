@@ -114,16 +114,23 @@ def test_a_bad_model_or_dataset_reference_is_one_line(lab, key, value, problem):
     assert problem in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
+def installed_distribution(site: Path, monkeypatch, name: str, group: str, entry_point: str) -> Path:
+    """A distribution's metadata in `site`, put on sys.path as pip installs it, giving one entry point in `group`;
+    its dist-info directory is returned, to rewrite the entry points."""
+    dist = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{entry_point}\n")
+    monkeypatch.syspath_prepend(str(site))
+    return dist
+
+
 def test_an_installed_package_s_entry_points_name_its_method_and_may_not_take_a_built_in_s_name(lab, tmp_path,
                                                                                                 monkeypatch):
     """A distribution's metadata on sys.path, as pip installs it: its entry points give `lab_prox`."""
     from tasks.algorithms import ALGORITHMS
 
-    dist = tmp_path / "my_lab_plugins-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lab-plugins\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[mooring.algorithms]\nlab_prox = {MY_PROX}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    dist = installed_distribution(tmp_path, monkeypatch, "my-lab-plugins", "mooring.algorithms", f"lab_prox = {MY_PROX}")
     with working_directory(lab):
         cfg = load_config("lab.yaml", ["algorithm.name=lab_prox"])
     assert ALGORITHMS.get("lab_prox").__name__ == "MyProx" and cfg.algorithm.params_for().mu == 0.5
@@ -267,11 +274,7 @@ def test_what_a_partition_function_returns_is_checked_in_one_line(splits, functi
 
 
 def test_a_partition_kind_comes_by_entry_point_and_may_not_take_a_built_in_s_name(splits, tmp_path, monkeypatch):
-    dist = tmp_path / "my_lab_splits-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lab-splits\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[mooring.partitions]\nparity = {PARITY}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    dist = installed_distribution(tmp_path, monkeypatch, "my-lab-splits", "mooring.partitions", f"parity = {PARITY}")
     from tasks.data.partition import make_partition
 
     with working_directory(splits):

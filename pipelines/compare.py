@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,9 +297,14 @@ def format_clock(row: dict[str, Any]) -> str:
 
 
 def parent_metrics(table: list[dict[str, Any]]) -> dict[str, float]:
-    """The summary table as metrics of the compare parent run: VARIANT.COLUMN, None values left out."""
-    return {f"{row['variant']}.{k}": float(v) for row in table for k, v in row.items()
+    """The summary table as metrics of the compare parent run: VARIANT.COLUMN, None values left out; a character
+    MLflow refuses in a metric's name (a variant such as "fedavg z=1") becomes "_"."""
+    return {metric_name(f"{row['variant']}.{k}"): float(v) for row in table for k, v in row.items()
             if k not in ("variant",) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def metric_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name)
 
 
 def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:

@@ -80,6 +80,7 @@ def test_several_seeds_show_mean_and_std():
     assert "70.00 ± 10.00 %" in format_table([row])
     assert parent_metrics([row])["fedavg.global_accuracy_mean"] == pytest.approx(0.7)
     assert "fedavg.personalized_accuracy_mean" not in parent_metrics([row])
+    assert parent_metrics([row | {"variant": "fedavg z=1"}])["fedavg z_1.global_accuracy_mean"] == pytest.approx(0.7)
 
 
 # ------------------------------------------------------------------------------------------ progress

@@ -202,8 +202,8 @@ def run_version(server, call) -> dict[str, Any]:
     t, buffered = server.round, server.buffered
     clock = buffered.participation
     payload = server.algorithm.payload(server.state, t)
-    start = clock.clock
-    arrived, counts = buffered.collect(t, server.state, nbytes(payload))
+    start, payload_bytes = clock.clock, nbytes(payload)
+    arrived, counts = buffered.collect(t, server.state, payload_bytes)
     updates: dict[int, ClientUpdate] = {}
     failed: list[int] = []
     for version in sorted({e.version for e in arrived}):
@@ -214,7 +214,7 @@ def run_version(server, call) -> dict[str, Any]:
     server.state = buffered.new_version(server.state, arrived, updates, t)
     server.round = t + 1
     folded = [updates[e.client] for e in arrived if e.client in updates]
-    metrics = server._round_metrics(t, payload, [e.client for e in arrived], folded, sorted(failed))
+    metrics = server._round_metrics(t, payload_bytes, [e.client for e in arrived], folded, sorted(failed))
     staleness = [t - e.version for e in arrived]
     if folded:
         clock.upload_bytes = metrics["bytes_up"] / len(folded)

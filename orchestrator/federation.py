@@ -158,13 +158,14 @@ class Server:
             self.state = self.privacy.private_state(self.state, updates, t, self.summed)
         self.round = t + 1
         with phase("round: metrics"):
-            metrics = self._round_metrics(t, payload, sampled, updates, sorted(failed + failed_training),
+            payload_bytes = nbytes(payload)
+            metrics = self._round_metrics(t, payload_bytes, sampled, updates, sorted(failed + failed_training),
                                           pre_bytes + sum(p.bytes_sent for p in partials))
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
             metrics.update(self.privacy.metrics(self.round))
             if plan is not None:
-                metrics.update(self.participation.close(plan, metrics, nbytes(payload)))
+                metrics.update(self.participation.close(plan, metrics, payload_bytes))
         if self._eval_due():
             with phase("round: evaluate"):
                 metrics.update(self.evaluate(call))
@@ -174,9 +175,9 @@ class Server:
     def _eval_due(self) -> bool:
         return self.round % self.cfg.eval.every == 0 or self.round == self.cfg.train.rounds
 
-    def _round_metrics(self, t, payload, cids, updates: list[ClientUpdate], failed: list[int],
+    def _round_metrics(self, t, payload_bytes: int, cids, updates: list[ClientUpdate], failed: list[int],
                        pre_round_bytes: int = 0) -> dict[str, Any]:
-        bytes_down = nbytes(payload) * len(cids)
+        bytes_down = payload_bytes * len(cids)
         bytes_up = sum(u.bytes_sent for u in updates) + pre_round_bytes
         self.bytes_total += bytes_down + bytes_up
         n = sum(u.num_samples for u in updates)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms.base import RoundContext, derive_seed
+from tasks.algorithms.base import RoundContext, seeded_generator
 from tasks.privacy.mechanisms import released_class_stats
 from tasks.privacy.settings import StatsDP
 
@@ -18,5 +18,4 @@ def released(sums: torch.Tensor, counts: torch.Tensor, dp: StatsDP, ctx: RoundCo
     unchanged otherwise."""
     if not dp.active:
         return sums, counts
-    generator = torch.Generator().manual_seed(derive_seed(ctx.seed, ctx.round, client_id, STATS_NOISE_STREAM))
-    return released_class_stats(sums, counts, dp, generator)
+    return released_class_stats(sums, counts, dp, seeded_generator(ctx.seed, ctx.round, client_id, STATS_NOISE_STREAM))

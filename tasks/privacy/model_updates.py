@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms.base import ClientUpdate, State, derive_seed, weighted_average
+from tasks.algorithms.base import ClientUpdate, State, seeded_generator, weighted_average
 from tasks.privacy.mechanisms import clipped_update, next_clip, with_gaussian_noise
 from tasks.privacy.settings import ModelDP
 
@@ -18,10 +18,6 @@ CLIP_KEY = "privacy_clip"  # the round's clipping norm, sent down with the paylo
 WITHIN_CLIP = "privacy_within_clip"  # a client's bit b_k (1: its update's norm was within C), for adaptive clipping
 LOCAL_NOISE_STREAM = 0xD91
 SERVER_NOISE_STREAM = 0xD92
-
-
-def generator(*parts: int) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(*parts))
 
 
 def round_clip(dp: ModelDP, payload: State) -> float:
@@ -36,7 +32,7 @@ def private_client_update(update: ClientUpdate, payload: State, dp: ModelDP, see
     tensors, norm = clipped_update(update.tensors, payload["model"], clip)
     if dp.local_noise_multiplier > 0:
         tensors = with_gaussian_noise(tensors, dp.local_noise_multiplier * clip,
-                                      generator(seed, round_idx, update.client_id, LOCAL_NOISE_STREAM))
+                                      seeded_generator(seed, round_idx, update.client_id, LOCAL_NOISE_STREAM))
     metrics = {**update.metrics, WITHIN_CLIP: float(norm <= clip)}
     return ClientUpdate(update.client_id, update.num_samples, tensors, update.stats, metrics)
 
@@ -57,7 +53,7 @@ class ServerModelPrivacy:
     def noised(self, mean: State, count: int, round_idx: int) -> State:
         """The mean of `count` clipped models plus N(0, (z·C)²)/count per entry: (Σ_k θ̃_k + N(0, (z·C)²)) / m."""
         std = self.dp.update_noise_multiplier * self.clip / count
-        return with_gaussian_noise(mean, std, generator(self.seed, round_idx, SERVER_NOISE_STREAM))
+        return with_gaussian_noise(mean, std, seeded_generator(self.seed, round_idx, SERVER_NOISE_STREAM))
 
     def private_state(self, state: State, updates: list[ClientUpdate], round_idx: int, summed: bool) -> State:
         """The aggregated state with the model tensors the clients sent replaced by their noised uniform mean; with
@@ -70,5 +66,5 @@ class ServerModelPrivacy:
         if self.dp.adaptive is not None:
             within = [u.metrics[WITHIN_CLIP] for u in updates if WITHIN_CLIP in u.metrics]
             self.clip = next_clip(self.clip, within, self.dp.adaptive,
-                                  generator(self.seed, round_idx, SERVER_NOISE_STREAM, 1))
+                                  seeded_generator(self.seed, round_idx, SERVER_NOISE_STREAM, 1))
         return state

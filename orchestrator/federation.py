@@ -129,11 +129,11 @@ class Server:
             return run_version(self, call)
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
-            sampled = sample_clients(self.cfg.seed, t, self.num_clients, self.cfg.clients_per_round)
             payload = self.privacy.payload(self.algorithm.payload(self.state, t))
             plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
-            if plan is not None:  # the clients available, in time, not dropped out
-                sampled = plan.kept
+            # with a participation plan, the clients available, in time, not dropped out
+            sampled = plan.kept if plan is not None else sample_clients(self.cfg.seed, t, self.num_clients,
+                                                                         self.cfg.clients_per_round)
         cids, failed, pre_bytes = sampled, [], 0
         if self.algorithm.capabilities().pre_round_exchange:
             with phase("round: pre-round exchange"):

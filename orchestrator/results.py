@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config import ExperimentConfig, flatten
-from tasks.privacy.server import final_epsilons
+from tasks.privacy.server import EPSILON_KEYS
 
 
 @dataclass
@@ -51,23 +51,29 @@ def headline(metrics: dict[str, Any], key: str = "accuracy") -> float | None:
     return float(v)
 
 
+def last_logged(history: list[dict[str, Any]], key: str) -> float | None:
+    """The last value of `key` the rounds logged (None where none did)."""
+    values = [m[key] for m in history if m.get(key) is not None]
+    return float(values[-1]) if values else None
+
+
 def summary_metrics(history: list[dict[str, Any]], target: float | None = None) -> dict[str, float | None]:
     """The figures every run is judged and sorted by, the same keys for every method (None where absent); with
-    a simulated clock (the participation block) also its total, and the time to `target` global accuracy."""
+    a simulated clock (the participation block) also its total, and the time to `target` global accuracy; and
+    the ε each privacy mechanism reached (None without noise)."""
     out: dict[str, float | None] = {}
     for prefix, key in (("global", "accuracy"), ("personalized", "personalized_accuracy")):
         values = [v for v in (headline(m, key) for m in history) if v is not None]
         out[f"final_{prefix}_accuracy"] = values[-1] if values else None
         out[f"best_{prefix}_accuracy"] = max(values) if values else None
-    sent = [m["bytes_total"] for m in history if m.get("bytes_total") is not None]
-    out["bytes_sent"] = float(sent[-1]) if sent else None
-    clock = [m["simulated_seconds"] for m in history if m.get("simulated_seconds") is not None]
-    if clock:
+    out["bytes_sent"] = last_logged(history, "bytes_total")
+    clock = last_logged(history, "simulated_seconds")
+    if clock is not None:
         from orchestrator.participation import time_to_accuracy
 
-        out["simulated_seconds"] = float(clock[-1])
+        out["simulated_seconds"] = clock
         out["time_to_target"] = time_to_accuracy(history, target) if target is not None else None
-    return out | final_epsilons(history)  # privacy: the ε reached (None without noise)
+    return out | {key: last_logged(history, key) for key in EPSILON_KEYS}
 
 
 def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> RunResult:

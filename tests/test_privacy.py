@@ -14,6 +14,7 @@ from autodp.transformer_zoo import AmplificationBySampling, Composition
 from orchestrator.config import ConfigError, load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import run_in_process
+from orchestrator.results import summary_metrics
 from pipelines.compare import format_table
 from pipelines.sweep_config import ObjectiveConfig
 from pipelines.sweep_trial import OverBudget, check_budget
@@ -27,7 +28,6 @@ from tasks.privacy.mechanisms import (
     with_gaussian_noise,
 )
 from tasks.privacy.model_updates import WITHIN_CLIP, ServerModelPrivacy, private_client_update
-from tasks.privacy.server import final_epsilons
 from tasks.privacy.settings import AdaptiveClipping, ModelDP, StatsDP
 
 TINY = ["tracking.enabled=false", "checkpoint.every=0", "data.dataset=synthetic", "data.synthetic.num_samples=90",
@@ -124,7 +124,7 @@ def test_each_rounds_logged_epsilon_is_autodps_for_the_same_sampling_noise_and_r
         # replace-one moves the sum of updates clipped to C by up to 2C: the mechanism's multiplier is z / 2
         assert metrics["dp_epsilon"] == pytest.approx(autodp_epsilon(1.5 / 2, 2 / 3, t, 0.001), rel=1e-9)
     assert history[1]["dp_epsilon"] > history[0]["dp_epsilon"]
-    assert final_epsilons(history)["dp_epsilon"] == history[-1]["dp_epsilon"]
+    assert summary_metrics(history)["dp_epsilon"] == history[-1]["dp_epsilon"]
 
 
 def test_statistics_epsilon_composes_a_gaussian_of_multiplier_sigma_over_root_two():

@@ -52,12 +52,3 @@ class ServerPrivacy:
 
 
 EPSILON_KEYS = ("dp_epsilon", "dp_epsilon_stats")  # models (client-level), class statistics (sample-level)
-
-
-def final_epsilons(history: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The last ε of each kind a run's history logged (None where it logged none)."""
-    out: dict[str, float | None] = {}
-    for key in EPSILON_KEYS:
-        values = [m[key] for m in history if m.get(key) is not None]
-        out[key] = float(values[-1]) if values else None
-    return out

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,12 +68,8 @@ def check_output_dirs(cfg: ExperimentConfig) -> None:
             existing = existing.parent
         if not existing.is_dir():
             raise ConfigError(f"{key} = {value!r}: {existing} is a file, not a directory")
-        probe = existing / f".mooring-write-test-{os.getpid()}-{threading.get_ident()}"  # per thread: two may check
-        try:
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as e:
-            raise ConfigError(f"{key} = {value!r}: cannot write in {existing} ({e.strerror or e})") from None
+        if (e := storage.can_write_in(existing)) is not None:
+            raise ConfigError(f"{key} = {value!r}: cannot write in {existing} ({e.strerror or e})")
 
 
 def code_version() -> str:

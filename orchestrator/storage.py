@@ -133,3 +133,17 @@ def remove_tree(uri: str) -> None:
     fs, path = resolve(uri)
     if fs.get_file_info(path).type != _pafs().FileType.NotFound:
         fs.delete_dir(path)
+
+
+def can_write_in(directory: Path) -> OSError | None:
+    """Whether a file can be created in the local `directory`: None, or the error creating one gave. The probe
+    file is named per process and thread (two may check at once) and removed."""
+    import threading
+
+    probe = directory / f".mooring-write-test-{os.getpid()}-{threading.get_ident()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return e
+    return None

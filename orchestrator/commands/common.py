@@ -23,6 +23,7 @@ def check_output_file(path: str) -> None:
     from pathlib import Path
 
     from orchestrator.config import ConfigError
+    from orchestrator.storage import can_write_in
 
     target = Path(path).absolute()
     parent = target.parent
@@ -32,11 +33,7 @@ def check_output_file(path: str) -> None:
         raise ConfigError(f"--output-json {path}: directory {parent} does not exist")
     if not parent.is_dir():
         raise ConfigError(f"--output-json {path}: {parent} is a file, not a directory")
-    probe = parent / f".mooring-write-test-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})") from None
+    if (e := can_write_in(parent)) is not None:
+        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})")
     if target.exists() and not os.access(target, os.W_OK):
         raise ConfigError(f"--output-json {path}: the file exists and cannot be written")

@@ -56,6 +56,16 @@ def mooring_rows(actors: tuple[int, ...], engines: tuple[str | None, ...]) -> li
     return rows
 
 
+def where_clients_trained(run_dir: str) -> str:
+    """A row label's note where the clients trained in the coordinator (resources.clients_on: auto chose it, or
+    the row asked for it) rather than on the client actors the row names."""
+    import json
+    from pathlib import Path
+
+    hosts = json.loads((Path(run_dir) / "actors.json").read_text())
+    return ", clients in the coordinator" if hosts and hosts[0].get("in_coordinator") else ""
+
+
 def in_process_seconds(cfg) -> float:
     """Mooring's `run_in_process` (one process, no Ray, no tracking), one intra-op thread, rounds only."""
     import torch
@@ -94,9 +104,11 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
                                LIMIT: bare_loop_process(DEFAULT_CONFIG, base, tmp, vectorized=True)[0],
                                IN_PROCESS: in_process_seconds(load_config(DEFAULT_CONFIG, base))}
                     for label, n, overrides in mooring_rows(actors, engines):
-                        out["targets"][(size, label)] = TARGETS.get((size, n))
                         cfg = load_config(DEFAULT_CONFIG, base + overrides + list(mooring_overrides))
-                        seconds[label] = sum(run_experiment(cfg, progress=False).round_seconds)
+                        result = run_experiment(cfg, progress=False)
+                        label += where_clients_trained(result.run_dir)
+                        out["targets"][(size, label)] = TARGETS.get((size, n))
+                        seconds[label] = sum(result.round_seconds)
                     for label, s in seconds.items():
                         best[label] = min(best.get(label, s), s)
                 out["cases"][(size, partition)] = best

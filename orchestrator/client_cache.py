@@ -57,11 +57,24 @@ class ClientCache:
                 cache.popitem(last=False)
         return cache[cid]
 
+    def prefetch(self) -> None:
+        """Every hosted client's shard built now, in one pass (`FederatedData.clients_data`), where they all fit
+        in `shards_kept`: building them one at a time as rounds first meet them costs a round several times more
+        (benchmarks/README.md, "Tiny clients")."""
+        cids = sorted(self.hosted)
+        if self.shards_kept is not None and len(cids) > self.shards_kept:
+            return
+        for cid, data in zip(cids, self.federated.clients_data(cids)):
+            self.shards[cid] = self._on_device(data)
+
     def _build_data(self, cid: int):
+        return self._on_device(self.federated.client_data(cid))
+
+    def _on_device(self, data):
         """A client's shard, on this host's device; personalized methods also see the global test set, one
         copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
         1,000 copies)."""
-        data = to_device(self.federated.client_data(cid), self.device)
+        data = to_device(data, self.device)
         if self.algorithm.capabilities().personalized:
             if data.domain not in self.global_tests:
                 self.global_tests[data.domain] = to_device(self.federated.global_test(data.domain), self.device)

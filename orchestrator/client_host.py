@@ -46,6 +46,7 @@ class ClientHost:
                                  store if store is not None else ClientStateStore())
         for cid, state in (client_states or {}).items():
             self.cache.states.put(cid, state, 0)
+        self.cache.prefetch()
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)

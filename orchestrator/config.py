@@ -289,6 +289,11 @@ class ResourcesConfig(Strict):
         1024, ge=1, description="client states (and data shards) a client actor keeps in memory (least recently used out first); "
         "every state is also written to the run directory when its client's round ends and read back from there "
         "when it is sampled again; null: keep all in memory")
+    clients_on: Literal["auto", "actors", "coordinator"] = Field(
+        "auto", description="where the clients train: on client actors, or in the coordinator's process (no Ray call "
+        "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
+        "orchestrator/placement.py's SMALL_ROUND_STEPS optimizer steps in all) and no GPU is asked for, else actors. "
+        "The history is the same as with one actor")
     partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
                                "not each model, where the method averages them as FedAvg does; the history then "
                                "depends on the number of actors in the last float32 bit (README)")
@@ -522,6 +527,9 @@ class ExperimentConfig(Strict):
             raise NestedFieldError("eval.personalized_clients", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         self.participation_covers_clients()
+        if self.resources.clients_on == "coordinator" and self.resources.gpus_per_actor > 0:
+            raise NestedFieldError("resources.clients_on", "coordinator", "the coordinator has no GPU: clients that "
+                                   "train on GPUs (resources.gpus_per_actor > 0) need clients_on: actors or auto")
         if self.participation.active and self.privacy_settings.active:
             raise NestedFieldError("participation", self.participation.mode, "the privacy accountant assumes "
                                    "clients_per_round sampled uniformly without replacement, which availability, "

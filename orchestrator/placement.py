@@ -41,3 +41,26 @@ def on_this_node():
 
 def coordinator_name(run_dir: str) -> str:
     return "mooring-coordinator-" + run_dir.rstrip("/").rsplit("/", 1)[-1]
+
+
+# resources.clients_on = auto: a round of at most this many optimizer steps in all (clients per round × a client's
+# mean local steps) trains in the coordinator's process. Above it, client actors' parallel training outweighs
+# the cost of calling them (a few ms a round); measured crossovers in benchmarks/README.md ("Where clients train").
+SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
+
+
+def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
+    """Whether the run's clients train in the coordinator's process (resources.clients_on)."""
+    from orchestrator.federation import client_costs
+    from orchestrator.methods import build_algorithm
+    from tasks.algorithms.engines import choose_engine
+
+    res = cfg.resources
+    if res.clients_on != "auto":
+        return res.clients_on == "coordinator"
+    if res.gpus_per_actor > 0:
+        return False
+    costs = client_costs(data, cfg.train)
+    round_steps = min(cfg.clients_per_round, len(costs)) * sum(costs) / max(1, len(costs))
+    engine = choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
+    return round_steps <= SMALL_ROUND_STEPS[engine]

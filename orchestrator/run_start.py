@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from orchestrator import resume_config
 from orchestrator.config import ConfigError, ExperimentConfig
 from orchestrator.phases import Phases
-from orchestrator.placement import coordinator_name, default_num_actors, on_this_node
+from orchestrator.placement import clients_in_coordinator, coordinator_name, default_num_actors, on_this_node
 from orchestrator.ray_start import ensure_ray
 from orchestrator.results import run_params
 from orchestrator.run_context import RunContext
@@ -20,7 +20,8 @@ def set_up(ctx: RunContext):
     """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
     on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
     actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
-    run. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    run. Under resources.clients_on = auto the coordinator is launched once the data says where the clients
+    train (on this machine the data is ready before Ray: benchmarks/README.md, "Whole run"). On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
     import ray
 
     cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot
@@ -33,18 +34,16 @@ def set_up(ctx: RunContext):
             with phases("start: Ray"):
                 ensure_ray(ctx.request.address)
             ctx.stop.install()
-            from orchestrator.actors import CoordinatorActor
-
             if not ctx.resumed:
                 log.write("config.yaml", cfg.to_yaml())
                 resume_config.record(log.run_dir, cfg)
-            with phases("start: launch coordinator"):
-                coordinator = CoordinatorActor.options(name=coordinator_name(log.run_dir),
-                                                       scheduling_strategy=on_this_node(),
-                                                       ).remote(cfg, default_num_actors(cfg), log.run_dir)
+            if cfg.resources.clients_on == "actors":  # their processes start while the data is prepared
+                coordinator = launch_coordinator(ctx, clients_here=False)
             with phases("start: wait for the data"):
                 data = data_ready.result()
             check_engine(cfg, data)
+            if coordinator is None:
+                coordinator = launch_coordinator(ctx, clients_in_coordinator(cfg, data))
             tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
                     **(data.partition.tally.as_tags() if data.partition.tally else {}),
                     "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
@@ -68,6 +67,19 @@ def set_up(ctx: RunContext):
             abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
     return coordinator, tracker
+
+
+def launch_coordinator(ctx: RunContext, clients_here: bool):
+    """The coordinator actor on this node; with `clients_here` it trains the clients itself, on one client actor's
+    CPUs (where they train is decided once the data is there: orchestrator/placement.py)."""
+    from orchestrator.actors import CoordinatorActor
+
+    cfg = ctx.cfg
+    with ctx.phases("start: launch coordinator"):
+        return CoordinatorActor.options(
+            name=coordinator_name(ctx.log.run_dir), scheduling_strategy=on_this_node(),
+            num_cpus=cfg.resources.cpus_per_actor if clients_here else 0,
+        ).remote(cfg, default_num_actors(cfg), ctx.log.run_dir, clients_here)
 
 
 def check_engine(cfg: ExperimentConfig, data) -> None:

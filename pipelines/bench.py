@@ -1,10 +1,10 @@
-"""`mooring bench [tiny|whole-run|overhead|scale|states|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/
+"""`mooring bench [tiny|fixed-cost|whole-run|overhead|scale|states|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/
 and print
 their tables, each with the command that reproduces it.
 
 Each figure is a ratio against a baseline measured in the same run. `--out benchmarks/README.md` also
 replaces that benchmark's section of the results file (between `<!-- bench:NAME -->` markers). The size,
-rounds, repeats, actors and engine options apply to the benchmarks that have them (tiny, whole-run, overhead;
+rounds, repeats, actors and engine options apply to the benchmarks that have them (tiny, fixed-cost, whole-run, overhead;
 engine takes the size, rounds, samples and overrides).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 BENCHES = {
     "tiny": "benchmarks.tiny_clients",
+    "fixed-cost": "benchmarks.fixed_cost",
     "whole-run": "benchmarks.whole_run",
     "overhead": "benchmarks.overhead",
     "scale": "benchmarks.scale",
@@ -28,7 +29,8 @@ BENCHES = {
 
 def configure(parser) -> None:
     parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"],
-                        help="tiny (many clients of one or two steps against a plain PyTorch loop), whole-run (a "
+                        help="tiny (many clients of one or two steps against a plain PyTorch loop), fixed-cost (a "
+                             "round of one client of one step: the round's own cost), whole-run (a "
                              "whole `mooring run` against the loop's whole process), overhead (heavy clients against "
                              "the loop), scale (100,000 clients against 1,000: FedAvg, FedSA, MOON), states (a bounded client-state store against all "
                              "states in memory), gpu (client actors sharing one GPU; "
@@ -39,15 +41,17 @@ def configure(parser) -> None:
                         help="update this markdown file's section for each benchmark")
     parser.add_argument("--size", action="append", type=client_size, metavar="CLIENTS/PER_ROUND",
                         help="tiny, whole-run, engine, scale: clients and clients per round, repeatable (default: 1000/100 "
-                             "and 100/10; whole-run and engine take the first; engine's default: 100/100; scale's: "
+                             "and 100/10; whole-run and engine take the first; whole-run's default: 100/10; "
+                             "engine's: 100/100; scale's: "
                              "1000/100 and 100000/100, the first the baseline)")
-    parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); engine: timed rounds per engine after "
+    parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); fixed-cost: rounds (default 100); engine: timed rounds per engine after "
                              "a warm-up one (default 2); scale: rounds per run (default 7, at least 4)")
     parser.add_argument("--samples", type=positive_int, default=None,
                         help="engine: samples per client (default 200)")
     parser.add_argument("--repeats", type=positive_int, default=None, help="runs of each row, the fastest counting")
     parser.add_argument("--actors", type=actor_counts, default=None, metavar="N[,N...]",
-                        help="tiny: the numbers of client actors of the Mooring rows (default 1,2); whole-run: the first")
+                        help="tiny: the numbers of client actors of the Mooring rows (default 1,2); fixed-cost: the "
+                             "same (default 2); whole-run: the first")
     parser.add_argument("--engine", action="append", default=None, metavar="ENGINE",
                         help="tiny, whole-run, overhead: set train.engine for the Mooring rows, repeatable (one row "
                              "per engine); default: as the config says")
@@ -93,6 +97,9 @@ def measure_options(name: str, args) -> list[dict]:
     engines = args.engine or [None]
     if name == "tiny":
         given |= {"sizes": tuple(args.size) if args.size else None, "actors": args.actors, "engines": tuple(engines)}
+        return [{k: v for k, v in given.items() if v is not None}]
+    if name == "fixed-cost":
+        given |= {"actors": args.actors, "engines": tuple(engines)}
         return [{k: v for k, v in given.items() if v is not None}]
     if name == "whole-run":
         given |= {"size": args.size[0] if args.size else None, "actors": args.actors[0] if args.actors else None}

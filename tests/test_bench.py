@@ -75,7 +75,9 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     found = ratios(out.stdout)
     assert found["efficient plain loop (fresh process, 1 thread)"] == 1.0
     assert found["vectorised loop, torch.func (fresh process, 1 thread)"] > 0
-    assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0 and found["Mooring, 1 actor"] > 0
+    # 12 clients of one step: a small round, so resources.clients_on = auto trains them in the coordinator
+    assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0
+    assert found["Mooring, 1 actor, clients in the coordinator"] > 0
     assert "12 clients, 4 per round, IID, 2 rounds" in out.stdout
     assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out.stdout
     assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
@@ -89,9 +91,21 @@ def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(
     out = bench(cwd, "whole-run", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
     assert out.returncode == 0, out.stderr
     found = ratios(out.stdout)
-    assert found["efficient plain loop, whole process"] == 1.0 and found["`mooring run`, 1 actor, whole process"] > 0
+    assert found["efficient plain loop, whole process"] == 1.0
+    assert found["`mooring run`, 1 actor, clients in the coordinator, whole process"] > 0
     assert "Reproduce: `mooring bench whole-run --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
     assert list(cwd.iterdir()) == []
+
+
+def test_fixed_cost_report_takes_the_plain_loop_off_each_row():
+    from benchmarks.fixed_cost import report
+    from benchmarks.tiny_clients import BARE
+
+    m = {"rounds": 100, "repeats": 3, "command": "mooring bench fixed-cost",
+         "cases": {("100/1", "IID"): {BARE: 0.05, "Mooring, 2 actors": 0.25}}}
+    rows = re.findall(r"^\| ([^|]+?) \| ([0-9.]+) \| ([0-9.]*) \|", report(m), flags=re.M)
+    assert rows == [(BARE, "0.50", ""), ("Mooring, 2 actors", "2.50", "2.00")]
+    assert "| Mooring, 2 actors | 2.50 | 2.00 | ≤ 3 ms a round |" in report(m)
 
 
 def test_bench_refuses_a_malformed_size_in_one_line(tmp_path):

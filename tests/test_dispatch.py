@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.actors import plan_round
 from orchestrator.client_calls import CallKind, ClientCall
 from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
+from orchestrator.client_pool import plan_round
+from orchestrator.config import ConfigError, load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import Server, client_costs, in_process_calls
 from tasks.algorithms import ALGORITHMS
@@ -107,3 +107,25 @@ def test_a_client_that_raises_fails_alone_and_its_actor_goes_on(ray_session, wor
     assert sorted(results) == [0, 2] and results[2].client_id == 2
     assert list(errors) == [1] and errors[1].startswith("KeyError: ") and "keeps client state" in errors[1]
     ray.kill(actor)
+
+
+def test_where_clients_train_follows_the_size_of_a_round(tmp_path):
+    """resources.clients_on = auto: in the coordinator up to SMALL_ROUND_STEPS optimizer steps a round (per engine:
+    a vectorized step trains many clients), on client actors above it or when a GPU is asked for; an explicit
+    choice stands."""
+    from orchestrator.placement import SMALL_ROUND_STEPS, clients_in_coordinator
+
+    def placed(*overrides: str) -> tuple[bool, float]:
+        cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path}", *overrides])
+        data = prepare_data(cfg)
+        costs = client_costs(data, cfg.train)
+        return clients_in_coordinator(cfg, data), cfg.clients_per_round * sum(costs) / len(costs)
+
+    small, small_steps = placed("train.engine=sequential")
+    large, large_steps = placed("train.engine=sequential", "train.local_epochs=3")
+    assert small_steps <= SMALL_ROUND_STEPS["sequential"] < large_steps and (small, large) == (True, False)
+    assert large_steps <= SMALL_ROUND_STEPS["vectorized"] and placed("train.engine=vectorized", "train.local_epochs=3")[0]
+    assert not placed("train.engine=sequential", "resources.gpus_per_actor=0.5")[0]
+    assert not placed("resources.clients_on=actors")[0] and placed("train.local_epochs=3", "resources.clients_on=coordinator")[0]
+    with pytest.raises(ConfigError, match=r"resources.clients_on = .coordinator.: the coordinator has no GPU"):
+        load_config("configs/default.yaml", TINY + ["resources.clients_on=coordinator", "resources.gpus_per_actor=0.5"])

@@ -232,7 +232,7 @@ def test_stacked_batches_pad_to_the_longest_real_batch_by_hand(tmp_path):
     """Two clients of 3 and 1 samples, batch 2, 1 epoch: client 0 takes batches of 2 then 1, client 1 one of 1;
     B = 2, S = 2; padding repeats the client's first sample with weight 0; client 1 is inactive at step 2."""
     from tasks.algorithms.base import ClientData, RoundContext, batch_indices, seeded_generator
-    from tasks.algorithms.engines import ClientRound, stacked_batches
+    from tasks.algorithms.engines import ClientRound, round_batches, stacked_batches
 
     train = tiny(tmp_path, "train.batch_size=2", "train.local_epochs=1")
     settings = ClientHost(train, prepare_data(train), [0]).train
@@ -241,7 +241,7 @@ def test_stacked_batches_pad_to_the_longest_real_batch_by_hand(tmp_path):
                ClientData(1, torch.tensor([[20.0]]), torch.tensor([5]), torch.zeros(0, 1),
                           torch.zeros(0, dtype=torch.long), 6)]
     rounds = [ClientRound(d, RoundContext(0, 0, settings, seeded_generator(7, d.client_id)), None) for d in clients]
-    x, y, weight, active, steps = stacked_batches(rounds, settings, "cpu")
+    x, y, weight, active, steps = stacked_batches(rounds, round_batches(rounds, settings), "cpu")
     order = batch_indices(3, settings, seeded_generator(7, 0))  # client 0's own draw: [2 samples], [1 sample]
     assert x.shape == (2, 2, 2, 1) and torch.equal(steps, torch.tensor([2.0, 1.0], dtype=torch.float64))
     assert torch.equal(x[0, 0, :, 0], 10.0 + order[0].float()) and torch.equal(x[1, 0, 0, 0:1], 10.0 + order[1].float())
@@ -250,15 +250,24 @@ def test_stacked_batches_pad_to_the_longest_real_batch_by_hand(tmp_path):
     assert x[1, 0, 1, 0] == 10.0 and x[1, 1, 0, 0] == 20.0 and torch.equal(y[0, 1], torch.tensor([5, 5]))
 
 
+ONE_STEP = ["train.grad_clip=null", "train.local_epochs=1", "train.batch_size=1024"]  # every client one step
+MIXED = ["train.grad_clip=null", "train.local_epochs=1", "train.batch_size=200"]  # some one step, some two
+
+
+@pytest.mark.parametrize("steps, one_step", [([], 0), (ONE_STEP, 6), (MIXED, 4)],
+                         ids=["clipped, 2 epochs", "one step each", "mixed"])
 @pytest.mark.parametrize("name", ["fedavg", "fedprox"])
-def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(tmp_path, name):
+def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(tmp_path, name, steps, one_step):
     """resources.partial_sums on the vectorized engine sums the stacked trained models directly (no per-client
-    copies); it equals `sum_updates` of the same round's per-client updates to float64 rounding."""
+    copies), in one float32 product per tensor, and folds clients that all take one SGD step without training them
+    apart (engines.fold_one_step; momentum and weight decay on); either equals `sum_updates`' float64 sum of the same
+    round's per-client updates to float32 rounding, and each client's loss its own."""
     from orchestrator.partial_sums import sum_updates
 
-    cfg = tiny(tmp_path, f"algorithm.name={name}", "train.engine=vectorized", "resources.partial_sums=true")
+    cfg = tiny(tmp_path, f"algorithm.name={name}", "train.engine=vectorized", "resources.partial_sums=true", *steps)
     data = prepare_data(cfg)
     cids = list(range(data.num_clients))
+    assert sum(n <= cfg.train.batch_size for n in data.train_sizes()) == one_step  # 6: folded
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
     direct = trained(ClientHost(cfg, data, cids), payload, cids, 0, summed=True)
     reference, (want,) = sum_updates(trained(ClientHost(cfg, data, cids), payload, cids, 0).results)
@@ -267,11 +276,12 @@ def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(
     assert set(got.sums) == set(want.sums) and set(got.buffers) == set(want.buffers)
     for key in want.sums:
         assert got.sums[key].dtype == torch.float64
-        assert torch.allclose(got.sums[key], want.sums[key], rtol=1e-12, atol=1e-12), key
+        scale = float(want.sums[key].abs().max())
+        assert torch.allclose(got.sums[key], want.sums[key], rtol=1e-6, atol=1e-6 * scale), key
     assert sorted(direct) == sorted(reference) == cids
     for cid in cids:
         assert direct[cid].tensors == {} and direct[cid].num_samples == reference[cid].num_samples
-        assert direct[cid].metrics["train_loss"] == reference[cid].metrics["train_loss"]
+        assert direct[cid].metrics["train_loss"] == pytest.approx(reference[cid].metrics["train_loss"], rel=1e-6)
 
 
 def test_derive_seeds_equals_derive_seed_row_by_row():

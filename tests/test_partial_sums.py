@@ -72,6 +72,7 @@ def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(r
     def final_model(actors: int):
         cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.partial_sums=true",
                                                                      f"resources.num_actors={actors}",
+                                                                     "resources.clients_on=actors",
                                                                      f"train.engine={engine}"])
         result = run_experiment(cfg, progress=False)
         state = torch.load(Path(result.run_dir) / "final_state.pt", weights_only=True)

@@ -250,3 +250,24 @@ def test_mooring_data_show_on_a_damaged_partition_is_one_line_and_exit_2(tmp_pat
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: stored partition {stored}: not a readable Parquet file (" + err.split(" (", 1)[1]
     assert err.count("\n") == 1 and err.endswith("; delete it and it is rebuilt\n")
+
+
+@pytest.mark.parametrize("assign", ["grouped", "per_client"])
+def test_many_clients_data_at_once_equal_each_client_s_own(tmp_path, assign):
+    """FederatedData.clients_data views each domain's images in one pass (a host builds every shard it keeps this
+    way at start-up): bitwise the tensors client_data builds one client at a time, rotated domains included, in
+    the order asked."""
+    import torch
+
+    cfg = load_config("configs/default.yaml", ["data.num_clients=12", "data.domains.kind=rotation",
+                                               f"data.domains.assign={assign}", "data.partition.repair=true",
+                                               f"data.partitions_dir={tmp_path}"])
+    data = prepare_data(cfg)
+    assert len(set(data.partition.domain.tolist())) == 4
+    asked = [5, 0, 11, 3, 7]
+    for cid, many in zip(asked, data.clients_data(asked)):
+        one = data.client_data(cid)
+        assert many.client_id == cid and many.domain == one.domain
+        for field in ("x", "y", "x_test", "y_test"):
+            assert getattr(many, field).dtype == getattr(one, field).dtype
+            assert torch.equal(getattr(many, field), getattr(one, field)), (cid, field)

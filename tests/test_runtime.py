@@ -26,11 +26,22 @@ def deterministic(history):
 
 
 def test_same_history_whatever_the_number_of_actors_and_in_process(ray_session, workdir):
-    one = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=1"]), progress=False)
-    three = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=3", "resources.cpus_per_actor=0.5"]),
+    """On 1 or 3 client actors, in the coordinator's process (resources.clients_on), and in one process without
+    Ray: the same history. The coordinator that trains takes one actor's CPUs, and gives them back at the end."""
+    import ray
+
+    actors = FAST + workdir + ["resources.clients_on=actors"]
+    one = run_experiment(load_config("configs/default.yaml", actors + ["resources.num_actors=1"]), progress=False)
+    three = run_experiment(load_config("configs/default.yaml", actors + ["resources.num_actors=3", "resources.cpus_per_actor=0.5"]),
                            progress=False)
-    assert one.history == three.history
+    here = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.clients_on=coordinator"]),
+                          progress=False)
+    assert one.history == three.history == here.history
     assert one.history[-1]["accuracy"] > 0.1
+    (host,) = json.loads(open(os.path.join(here.run_dir, "actors.json")).read())
+    assert host["in_coordinator"] and host["clients"] == list(range(6)) and host["assigned"] == {"CPU": 1.0}
+    assert "update: host work in the coordinator" in here.phases and "update: actor host work" not in here.phases
+    assert ray.available_resources().get("CPU") == ray.cluster_resources()["CPU"]
     cfg = load_config("configs/default.yaml", FAST + workdir)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -47,7 +58,7 @@ def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
     from orchestrator.federation import sample_clients
 
     cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=local", "resources.num_actors=2",
-                                                                 "resources.resident_clients=1",
+                                                                 "resources.resident_clients=1", "resources.clients_on=coordinator",
                                                                  "train.clients_per_round=2"])
     full = run_experiment(cfg, progress=False)
     stopped = run_experiment(cfg, progress=False, stop_after=2)

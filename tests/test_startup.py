@@ -18,7 +18,8 @@ from orchestrator.phases import Phases, profile_table
 from orchestrator.run import run_experiment
 
 pytestmark = pytest.mark.ray
-FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2"]
+FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
+        "resources.clients_on=actors"]
 
 
 def test_phases_count_and_sum_what_they_time():

@@ -90,38 +90,49 @@ class Trained:
 
 @dataclass
 class TrainedBatch:
-    """The clients of one `train_vectorized` call after training, still stacked: [K, ...] per state tensor."""
+    """The clients of one `train_vectorized` call after training, still stacked: [K, ...] per state tensor, row j
+    holding client `order[j]` of the call (clients are trained in order of their number of steps, most first)."""
 
     stacked: dict[str, torch.Tensor]
     names: list[str]  # the model's state_dict order
-    losses: list[float]  # each client's mean loss over its steps, as the sequential engine reports it
+    losses: list[float]  # each client's mean loss over its steps, as the sequential engine reports it (call order)
+    order: list[int]  # row j of `stacked` is the call's client order[j]
 
     def each(self) -> list[Trained]:
-        """One `Trained` per client, its tensors CPU copies."""
-        return [Trained(state, loss) for state, loss in zip(unstack(self.stacked, self.names), self.losses)]
+        """One `Trained` per client in the call's order, its tensors CPU copies."""
+        rows = unstack(self.stacked, self.names)
+        by_client = [rows[j] for j in sorted(range(len(self.order)), key=self.order.__getitem__)]
+        return [Trained(state, loss) for state, loss in zip(by_client, self.losses)]
 
     def weighted_sum(self, weights: list[float]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """(Σ_k w_k·θ_k in float64 for every float tensor, on the CPU; the first client's non-float tensors): what
-        `sum_updates` makes of the clients' models, without making one copy per client first. Summed as one
-        matrix product per tensor, so it equals `sum_updates`' client-by-client sum to float64 rounding."""
-        w = torch.tensor(weights, dtype=torch.float64)
+        """(Σ_k w_k·θ_k for every float tensor, in float64 on the CPU; the first client's non-float tensors), with
+        `weights` in the call's order: what `sum_updates` makes of the clients' models, without a copy per
+        client. One float32 matrix-vector product per tensor (converting the stacked models to float64 first
+        costs several times more): it equals `sum_updates`' float64 sum to float32 rounding."""
+        w = torch.tensor([float(weights[k]) for k in self.order], dtype=torch.float32)
+        first_row = self.order.index(0)
         sums, buffers = {}, {}
         for name in self.names:
             t = self.stacked[name].detach()
             if torch.is_floating_point(t):
-                sums[name] = (w.to(t.device) @ t.reshape(len(w), -1).double()).reshape(t.shape[1:]).cpu()
+                sums[name] = (w.to(t.device, t.dtype) @ t.reshape(len(w), -1)).reshape(t.shape[1:]).cpu().double()
             else:
-                buffers[name] = t[0].cpu().clone()
+                buffers[name] = t[first_row].cpu().clone()
         return sums, buffers
 
 
 # ---------------------------------------------------------------------------------------- batches
-def stacked_batches(rounds: list[ClientRound], train: TrainSettings, device) -> tuple[torch.Tensor, ...]:
-    """Every client's batches for the round, stacked: x [S, K, B, ...], y [S, K, B], sample weights [S, K, B]
+def round_batches(rounds: list[ClientRound], train: TrainSettings) -> list[list[torch.Tensor]]:
+    """Each client's mini-batches of the round (index tensors), drawn from its round generator as the sequential
+    engine draws them."""
+    return [batch_indices(r.data.num_samples, train, r.ctx.generator) for r in rounds]
+
+
+def stacked_batches(rounds: list[ClientRound], batches: list[list[torch.Tensor]], device) -> tuple[torch.Tensor, ...]:
+    """The clients' `batches`, stacked: x [S, K, B, ...], y [S, K, B], sample weights [S, K, B]
     (0 for padding) and active [S, K] (1 where the client takes step s); S = the most steps of any client,
     B = the longest batch of any (at most batch_size: clients of two samples are not padded to 16). Padding
     repeats the client's first sample, so no loss sees an empty or undefined row."""
-    batches = [batch_indices(r.data.num_samples, train, r.ctx.generator) for r in rounds]
     k = len(rounds)
     sizes = torch.tensor([r.data.num_samples for r in rounds])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)[:-1]])
@@ -171,7 +182,8 @@ def split_inputs(inputs: list[State]) -> tuple[list, list[bool], object]:
 # ----------------------------------------------------------------------------------------- engine
 class StackedOptimizer:
     """torch.optim.SGD / Adam's update rules on [K, ...] parameters; a client whose `active` is 0 keeps its
-    parameters and optimizer state unchanged."""
+    parameters and optimizer state unchanged. A step may cover the first `n` clients only (the others keep theirs):
+    the engine orders clients by their number of steps, so those still stepping are a prefix."""
 
     def __init__(self, params: dict[str, torch.Tensor], train: TrainSettings, lr: float):
         self.params, self.train, self.lr = params, train, lr
@@ -179,15 +191,16 @@ class StackedOptimizer:
         self.steps = 0
 
     def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor, everyone: bool | None = None) -> None:
-        """`everyone`: whether every client is active (known beforehand saves a look at `active`)."""
-        t = self.train
+        """`grads` of the first len(active) clients; `everyone`: whether they are all active (known beforehand
+        saves a look at `active`)."""
+        t, n = self.train, len(active)
         self.steps += 1
         everyone = bool(active.all()) if everyone is None else everyone
         if t.optimizer == "sgd" and everyone:
-            self._sgd_everyone(grads)
+            self._sgd_everyone(grads, n)
             return
         for name, g in grads.items():
-            p = self.params[name]
+            p = self.params[name][:n]
             mask = active.reshape(-1, *[1] * (p.dim() - 1))
             if t.weight_decay:
                 g = g.add(p, alpha=t.weight_decay)
@@ -199,39 +212,39 @@ class StackedOptimizer:
                 update = g
             p.sub_(update * (mask * self.lr))
 
-    def _sgd_everyone(self, grads: dict[str, torch.Tensor]) -> None:
-        """SGD (weight decay, momentum) when every client steps: the same update as the masked path below, as a
-        few multi-tensor operations rather than several per tensor."""
+    def _sgd_everyone(self, grads: dict[str, torch.Tensor], n: int) -> None:
+        """SGD (weight decay, momentum) when each of the first `n` clients steps: the same update as the masked path
+        below, as a few multi-tensor operations rather than several per tensor."""
         t, names = self.train, list(grads)
-        params, gs = [self.params[n] for n in names], list(grads.values())
+        params, gs = [self.params[name][:n] for name in names], list(grads.values())
         if t.weight_decay:
             gs = torch._foreach_add(gs, params, alpha=t.weight_decay)
         if t.momentum:
-            bufs = [self.state.get(n, {}).get("momentum") for n in names]
-            if any(b is None for b in bufs):  # torch's first step: buf = d_p
-                bufs = [g.clone() for g in gs]
+            if names[0] not in self.state:  # torch's first step: buf = d_p (every client takes a first step)
+                self.state.update({name: {"momentum": g.clone()} for name, g in zip(names, gs)})
+                gs = [self.state[name]["momentum"] for name in names]
             else:
+                bufs = [self.state[name]["momentum"][:n] for name in names]
                 torch._foreach_mul_(bufs, t.momentum)
                 torch._foreach_add_(bufs, gs)
-            self.state.update({n: {"momentum": b} for n, b in zip(names, bufs)})
-            gs = bufs
+                gs = bufs
         torch._foreach_add_(params, gs, alpha=-self.lr)
 
     def _momentum(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        buf = self.state.get(name, {}).get("momentum")
-        if buf is None:  # torch's first step: buf = d_p
-            buf = g.clone()
-        else:
-            buf = torch.where(mask > 0, buf * self.train.momentum + g, buf)
-        self.state[name] = {"momentum": buf}
+        st = self.state.get(name)
+        if st is None:  # torch's first step: buf = d_p
+            self.state[name] = {"momentum": g.clone()}
+            return self.state[name]["momentum"]
+        buf = st["momentum"][:len(g)]
+        buf.copy_(torch.where(mask > 0, buf * self.train.momentum + g, buf))
         return buf
 
     def _adam(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         beta1, beta2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults, as make_optimizer builds it
         st = self.state.setdefault(name, {"m": torch.zeros_like(g), "v": torch.zeros_like(g)})
-        m = torch.where(mask > 0, st["m"].lerp(g, 1 - beta1), st["m"])
-        v = torch.where(mask > 0, st["v"] * beta2 + (1 - beta2) * g * g, st["v"])
-        st["m"], st["v"] = m, v
+        m, v = st["m"][:len(g)], st["v"][:len(g)]
+        m.copy_(torch.where(mask > 0, m.lerp(g, 1 - beta1), m))
+        v.copy_(torch.where(mask > 0, v * beta2 + (1 - beta2) * g * g, v))
         # active clients all run a prefix of the steps, so an active client's step count is self.steps
         denom = (v.sqrt() / math.sqrt(1 - beta2**self.steps)).add_(eps)
         return m / denom / (1 - beta1**self.steps)
@@ -267,10 +280,20 @@ def clip_per_client(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str
     return {n: g * scale.reshape(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
-def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound]) -> TrainedBatch:
-    """Train the clients of `rounds` (one architecture: `model`) together; their trained states and losses."""
+def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+                     batches: list[list[torch.Tensor]] | None = None) -> TrainedBatch:
+    """Train the clients of `rounds` (one architecture: `model`) together; their trained states and losses.
+    `batches`: their mini-batches where already drawn (`round_batches`).
+
+    The clients are ordered by their number of steps, most first, so that the clients still stepping at step s
+    are a prefix: each step computes those only (under Dirichlet label skew client sizes differ a hundredfold, and
+    padding every client to the longest's steps would compute the short ones' masked steps for nothing). A
+    method's step hooks see every client at every step, masked, as they expect."""
     ctx = rounds[0].ctx
     train, device = ctx.train, ctx.device
+    all_batches = round_batches(rounds, train) if batches is None else batches
+    order = sorted(range(len(rounds)), key=lambda k: -len(all_batches[k]))
+    rounds, all_batches = [rounds[k] for k in order], [all_batches[k] for k in order]
     model.to(device).train()
     names = [n for n, _ in model.named_parameters()]
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -279,7 +302,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     params = stack_states(starts, trainable, device)
     fixed = stack_states(starts, [n for n in state_names if n not in trainable], device)  # frozen, buffers
     leaves, batched, spec = split_inputs([r.objective.inputs for r in rounds])
-    x, y, weight, active, step_counts = stacked_batches(rounds, train, device)
+    x, y, weight, active, step_counts = stacked_batches(rounds, all_batches, device)
 
     def client_loss(p, fixed_k, x_k, y_k, w_k, batched_leaves):
         it = iter(batched_leaves)
@@ -291,31 +314,91 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     losses_of = vmap(client_loss)
     batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
     optimizer = StackedOptimizer(params, train, ctx.lr)
-    step_losses = []
-    everyone_active = active.all(dim=1).tolist()
+    loss_sum = torch.zeros(len(rounds), dtype=torch.float64, device=device)
     hooks = algorithm.step_hooks(rounds, params)
     if rounds[0].objective.record_seen:
         hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device,
                                   rounds[0].objective.record_clip))
-    for s in range(x.shape[0]):
-        leaf_params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-        losses, h = losses_of(leaf_params, fixed, x[s], y[s], weight[s], batched_leaves)
-        losses = losses * active[s]
+    stepping = (step_counts.unsqueeze(0) > torch.arange(x.shape[0]).unsqueeze(1)).sum(dim=1).tolist()
+    for s, n in enumerate(stepping):
+        if hooks:  # they keep [K] state: every client at every step, masked
+            n, everyone = len(rounds), None
+        else:  # the prefix still stepping, every one of them active
+            everyone = True
+        leaf_params = {name: p[:n].detach().requires_grad_(True) for name, p in params.items()}
+        losses, h = losses_of(leaf_params, {name: f[:n] for name, f in fixed.items()}, x[s, :n], y[s, :n],
+                              weight[s, :n], [leaf[:n] for leaf in batched_leaves])
+        losses = losses * active[s, :n]
         grads = torch.autograd.grad(losses.sum(), list(leaf_params.values()), allow_unused=True)
-        grads = {n: g for n, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
+        grads = {name: g for name, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
         if train.grad_clip is not None:
             grads = clip_per_client(grads, train.grad_clip)
         with torch.no_grad():
-            optimizer.step(grads, active[s], everyone_active[s])
+            optimizer.step(grads, active[s, :n], everyone)
         for hook in hooks:
             hook.after_step(h, y[s], weight[s], active[s])
-        step_losses.append(losses.detach())
-    # summed step after step in float64, as the sequential engine adds its steps' losses
-    loss_sum = torch.stack(step_losses).double().cumsum(0)[-1].cpu() if step_losses else torch.zeros(len(rounds))
-    mean_loss = (loss_sum.double() / step_counts.clamp_min(1)).tolist()
+        # summed step after step in float64, as the sequential engine adds its steps' losses
+        loss_sum[:n] += losses.detach().double()
+    mean_loss = (loss_sum.cpu() / step_counts.clamp_min(1)).tolist()
     for hook in hooks:
         hook.hand_out([r.ctx for r in rounds])
-    return TrainedBatch({**params, **fixed}, state_names, mean_loss)
+    by_client = [0.0] * len(order)
+    for row, k in enumerate(order):
+        by_client[k] = mean_loss[row]
+    return TrainedBatch({**params, **fixed}, state_names, by_client, order)
+
+
+def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
+    """Whether `fold_one_step` is exact for these clients: plain SGD (momentum and weight decay are linear in a
+    first step), no gradient clipping, no per-step side computation, one start state and one set of loss inputs
+    shared by every client (FedAvg, FedProx)."""
+    from tasks.algorithms.capabilities import defines
+
+    train, first = rounds[0].ctx.train, rounds[0].objective
+    return (train.optimizer == "sgd" and train.grad_clip is None and not first.record_seen
+            and not defines(type(algorithm), Algorithm, "step_hooks")
+            and all(r.objective.start is first.start for r in rounds)
+            and not any(split_inputs([r.objective.inputs for r in rounds])[1]))
+
+
+def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+                  batches: list[list[torch.Tensor]],
+                  weights: list[float]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[float]]:
+    """Σ_k w_k·θ_k over clients that each take one SGD step from the same start θ (`one_step_foldable`), without
+    training them apart: θ_k = θ − lr·(g_k + wd·θ), so Σ_k w_k·θ_k = (1 − lr·wd)·Σ_k w_k·θ − lr·∇_θ Σ_k w_k·L_k(θ),
+    one backward pass over every client's batch with θ shared, not copied per client. Exact in real arithmetic;
+    in float32 it differs from training them apart by rounding. Returns what `TrainedBatch.weighted_sum` does
+    (float64 sums on the CPU, the non-float tensors) and each client's loss."""
+    ctx = rounds[0].ctx
+    train, device = ctx.train, ctx.device
+    model.to(device).train()
+    names = [n for n, _ in model.named_parameters()]
+    start, inputs = rounds[0].objective.start, rounds[0].objective.inputs
+    theta = {n: start[n].to(device).detach().requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
+    fixed = {n: start[n].to(device) for n in model.state_dict() if n not in theta}
+    x, y, weight, _, _ = stacked_batches(rounds, batches, device)
+
+    def client_loss(x_k, y_k, w_k):
+        tensors = {**theta, **fixed}
+        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True})
+        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)
+
+    losses = vmap(client_loss)(x[0], y[0], weight[0])
+    w = torch.tensor(weights, dtype=losses.dtype, device=device)
+    trainable = [n for n, t in theta.items() if t.requires_grad]
+    grads = dict(zip(trainable, torch.autograd.grad((w * losses).sum(), [theta[n] for n in trainable],
+                                                     allow_unused=True)))
+    total, lr, decay = float(sum(weights)), ctx.lr, train.weight_decay
+    sums, buffers = {}, {}
+    for name, value in {**theta, **fixed}.items():
+        value = value.detach()
+        if not torch.is_floating_point(value):
+            buffers[name] = value.cpu().clone()
+        elif grads.get(name) is None:  # no gradient: torch's SGD leaves it as it is, weight decay included
+            sums[name] = total * value.cpu().double()
+        else:
+            sums[name] = (total * (1 - lr * decay)) * value.cpu().double() - lr * grads[name].cpu().double()
+    return sums, buffers, losses.detach().double().cpu().tolist()
 
 
 def unstack(stacked: dict[str, torch.Tensor], names: list[str]) -> list[State]:

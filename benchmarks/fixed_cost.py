@@ -1,0 +1,40 @@
+"""A round's fixed cost: rounds of one client that takes one step, where a round's own machinery is nearly all of it.
+
+The tiny-client workload (benchmarks/tiny_clients.py) at 100 clients of about 12 samples with 1 per round (batch
+16: one step each), IID, 100 rounds, the global model evaluated after the last. The figure is Mooring's
+milliseconds a round (MLflow tracking and checkpoints on, as a user runs it), and what it spends beyond the
+efficient plain loop, whose round is that one step and its average, measured in the same run.
+
+    python -m benchmarks.fixed_cost          (or: mooring bench fixed-cost [--rounds 100] [--actors 2] ...)
+"""
+from __future__ import annotations
+
+from benchmarks import tiny_clients
+from benchmarks.common import markdown_table, reproduce
+
+SIZE = "100/1"
+TARGET_MS = 3.0  # a round's fixed cost (issue 23)
+
+
+def measure(rounds: int = 100, repeats: int = 3, actors: tuple[int, ...] = (2,),
+            engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = ()) -> dict:
+    m = tiny_clients.measure((SIZE,), rounds, repeats, actors, engines, mooring_overrides, partitions=("IID",))
+    m["command"] = m["command"].replace("mooring bench tiny --size 100/1", "mooring bench fixed-cost")
+    return m
+
+
+def report(m: dict) -> str:
+    best = m["cases"][(SIZE, "IID")]
+    per_round = {label: 1000 * seconds / m["rounds"] for label, seconds in best.items()}
+    floor = per_round[tiny_clients.BARE]
+    rows = [[label, f"{ms:.2f}", f"{ms - floor:.2f}" if label != tiny_clients.BARE else "",
+             f"≤ {TARGET_MS:g} ms a round" if label.startswith("Mooring,") else ""]
+            for label, ms in per_round.items()]
+    return (f"100 clients, 1 per round (one step each), IID, {m['rounds']} rounds:\n\n"
+            + markdown_table(["", "ms a round", "ms beyond the plain loop", "target"], rows)
+            + f"\n\nRounds only, each row the fastest of {m['repeats']} interleaved runs. "
+            + reproduce(m["command"]) + "\n")
+
+
+if __name__ == "__main__":
+    print(report(measure()))

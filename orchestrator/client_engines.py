@@ -54,13 +54,18 @@ class VectorizedEngine:
 
     def __init__(self, host: ClientHost):
         self.host = host
+        self.single = SequentialEngine(host)
         capabilities = host.algorithm.capabilities()
         self.sums_stacked = (capabilities.uploads_trained_model and not capabilities.keeps_client_state
                              and not host.model_dp.active)  # each update is clipped apart first
 
     def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
         """With `errors`, a client that fails before or after training is left out and its error recorded, and a
-        batch that fails fails its clients together; without, any failure raises."""
+        batch that fails fails its clients together; without, any failure raises. A call of one client trains it
+        on the sequential engine: batching one client buys nothing, and vmap's fixed cost is most of a tiny
+        client's round (benchmarks/README.md, "Fixed cost")."""
+        if len(call.client_ids) == 1:
+            return self.single.updates(call, errors)
         if errors is None:
             return self._updates(call, None)
         try:

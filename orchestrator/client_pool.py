@@ -59,6 +59,7 @@ class CoordinatorClients:
 
     def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
         import torch
+        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, inside round 1 (benchmarks/README.md)
 
         from orchestrator.client_host import ClientHost
 

@@ -45,7 +45,8 @@ def coordinator_name(run_dir: str) -> str:
 
 # resources.clients_on = auto: a round of at most this many optimizer steps in all (clients per round × a client's
 # mean local steps) trains in the coordinator's process. Above it, client actors' parallel training outweighs
-# the cost of calling them (a few ms a round); measured crossovers in benchmarks/README.md ("Where clients train").
+# the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
+# (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
 SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
 
 

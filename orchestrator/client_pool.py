@@ -59,7 +59,6 @@ class CoordinatorClients:
 
     def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
         import torch
-        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, inside round 1 (benchmarks/README.md)
 
         from orchestrator.client_host import ClientHost
 
@@ -68,6 +67,10 @@ class CoordinatorClients:
         store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, clients, upto=rounds_done,
                                  keep=ckpt.checkpoint_rounds(run_dir))
         self.host = ClientHost(cfg, data, clients, store=store)
+        if self.host.engine == "sequential" or cfg.clients_per_round == 1:
+            # its first torch optimizer would import torch._dynamo inside round 1 (1.4 s or more: benchmarks/
+            # README.md); the vectorized engine makes none, except for a call of one client
+            import torch._dynamo  # noqa: F401
         self.phases = phases
 
     def call(self, call: ClientCall) -> ClientResults:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config import ExperimentConfig, flatten
-from tasks.privacy.server import EPSILON_KEYS
+from tasks.privacy.settings import EPSILON_KEYS
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.commands.common import add_address_arg, add_config_args
-from tasks.privacy.server import EPSILON_KEYS
+from tasks.privacy.settings import EPSILON_KEYS
 
 if TYPE_CHECKING:
     from orchestrator.signals import StopSignals

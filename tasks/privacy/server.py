@@ -51,4 +51,3 @@ class ServerPrivacy:
             self.models.clip = float(snap["clip"])
 
 
-EPSILON_KEYS = ("dp_epsilon", "dp_epsilon_stats")  # models (client-level), class statistics (sample-level)

@@ -4,6 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# the metrics that carry the ε reached: models (client-level), class statistics (sample-level); here, in a module
+# without torch, so that a run's summary (orchestrator/results.py) imports no torch before Ray starts
+EPSILON_KEYS = ("dp_epsilon", "dp_epsilon_stats")
+
 
 @dataclass(frozen=True)
 class AdaptiveClipping:

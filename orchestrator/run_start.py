@@ -21,7 +21,7 @@ def set_up(ctx: RunContext):
     on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
     actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
     run. Under resources.clients_on = auto the coordinator is launched once the data says where the clients
-    train (on this machine the data is ready before Ray: benchmarks/README.md, "Whole run"). On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    train, which can mean waiting for the data (benchmarks/README.md, "Whole run"). On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
     import ray
 
     cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot

@@ -48,11 +48,7 @@ class ClientActor:
     def load(self, data_box: list, rounds_done: int) -> None:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
         the run is at (states written after it are from a run that went further, and are dropped)."""
-        from orchestrator.client_host import ClientHost
-
-        store = ClientStateStore(states_dir(self.run_dir), self.cfg.resources.resident_clients, self.client_ids,
-                                 upto=rounds_done, keep=ckpt.checkpoint_rounds(self.run_dir))
-        self.host = ClientHost(self.cfg, ray.get(data_box[0]), self.client_ids, device=self.device, store=store)
+        self.host = host_for_run(self.cfg, ray.get(data_box[0]), self.client_ids, self.run_dir, rounds_done, self.device)
 
     def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
         """The host's answers to `call` with `payload` (a client that raises fails alone, with its error in one
@@ -67,8 +63,7 @@ class ClientActor:
     def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
         """What a checkpoint of round `until` records of this actor's clients (the state files written since the
         checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
-        self.host.states.prune(keep, until)
-        return self.host.states.changed(since, until)
+        return checkpoint_states(self.host, since, until, keep)
 
     def evaluate_global(self, state, batch_size: int) -> dict[str, float] | None | bool:
         """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
@@ -80,15 +75,35 @@ class ClientActor:
 
     def info(self) -> dict[str, Any]:
         """Where this actor runs, what it was given, and where its tensors are (actors.json)."""
-        import torch
+        return host_info(self.host, self.client_ids, self.device, self.gpu_ids)
 
-        ctx = ray.get_runtime_context()
-        placed = self.host.placement() if self.host is not None else {}
-        peak = torch.cuda.max_memory_allocated() if self.device == "cuda" else 0
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": self.gpu_ids,
-                "clients": list(self.client_ids), "device": self.device,
-                "assigned": {k: v for k, v in ctx.get_assigned_resources().items()},
-                **placed, "cuda_peak_bytes": peak}
+
+def host_for_run(cfg, data, client_ids: list[int], run_dir: str, rounds_done: int, device: str = "cpu") -> ClientHost:
+    """A host of `client_ids` whose states live in the run directory, as the run stands after `rounds_done` rounds
+    (states written after it are from a run that went further, and are dropped)."""
+    from orchestrator.client_host import ClientHost
+
+    store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, client_ids, upto=rounds_done,
+                             keep=ckpt.checkpoint_rounds(run_dir))
+    return ClientHost(cfg, data, client_ids, device=device, store=store)
+
+
+def checkpoint_states(host: ClientHost, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+    """What a checkpoint of round `until` records of `host`'s clients (the state files written since the
+    checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
+    host.states.prune(keep, until)
+    return host.states.changed(since, until)
+
+
+def host_info(host: ClientHost | None, client_ids: list[int], device: str, gpu_ids: list[str]) -> dict[str, Any]:
+    """Where a client host runs, what it was given, and where its tensors are (an entry of actors.json)."""
+    import torch
+
+    ctx = ray.get_runtime_context()
+    placed = host.placement() if host is not None else {}
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": gpu_ids, "clients": list(client_ids),
+            "device": device, "assigned": dict(ctx.get_assigned_resources()), **placed, "cuda_peak_bytes": peak}
 
 
 def write_actor_info(run_dir: str, info: list[dict[str, Any]]) -> None:

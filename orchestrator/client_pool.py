@@ -13,15 +13,12 @@ update not many more.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
-from orchestrator import checkpoint as ckpt
-from orchestrator.client_store import ClientStateStore, states_dir
 from orchestrator.phases import Phases
 
 if TYPE_CHECKING:
@@ -60,13 +57,10 @@ class CoordinatorClients:
     def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
         import torch
 
-        from orchestrator.client_host import ClientHost
+        from orchestrator.actors import host_for_run
 
         torch.set_num_threads(max(1, int(cfg.resources.cpus_per_actor)))
-        clients = list(range(data.num_clients))
-        store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, clients, upto=rounds_done,
-                                 keep=ckpt.checkpoint_rounds(run_dir))
-        self.host = ClientHost(cfg, data, clients, store=store)
+        self.host = host_for_run(cfg, data, list(range(data.num_clients)), run_dir, rounds_done)
         if self.host.engine == "sequential" or cfg.clients_per_round == 1:
             # its first torch optimizer would import torch._dynamo inside round 1 (1.4 s or more: benchmarks/
             # README.md); the vectorized engine makes none, except for a call of one client
@@ -80,16 +74,15 @@ class CoordinatorClients:
         return results
 
     def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
-        self.host.states.prune(keep, until)
-        return self.host.states.changed(since, until)
+        from orchestrator.actors import checkpoint_states
+
+        return checkpoint_states(self.host, since, until, keep)
 
     def info(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """One entry, in actors.json's form: the coordinator's process hosting every client."""
-        ctx = ray.get_runtime_context()
-        return [{"in_coordinator": True, "node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [],
-                 "clients": self.host.client_ids(), "device": "cpu",
-                 "assigned": dict(ctx.get_assigned_resources()), **self.host.placement(), "cuda_peak_bytes": 0,
-                 "restarts": 0}]
+        from orchestrator.actors import host_info
+
+        return [{"in_coordinator": True, **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
 
 
 # ------------------------------------------------------------------------------------ client actors

@@ -129,6 +129,7 @@ class CoordinatorActor:
         self.cfg, self.run_dir = cfg, run_dir
         self.pool: ClientPool | None = None if clients_here else ActorPool(cfg, num_actors, run_dir)
         self.idle_since: float | None = None  # when the last round or checkpoint ended
+        self.failure: Exception | None = None  # see run_rounds
         import torch  # after the client actors are asked for: they start meanwhile
 
         torch.set_num_threads(1)
@@ -163,6 +164,30 @@ class CoordinatorActor:
             self.server.setup([contributions.results[c] for c in sorted(contributions.results)])
         write_actor_info(self.run_dir, self.pool.info())
 
+    def run_rounds(self, count: int) -> list[tuple[dict[str, Any], float]]:
+        """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
+        orchestrator/round_loop.py): each one's metrics and seconds. A round that fails after others of the call
+        ended is raised by the next call (or checkpoint), so that the driver first records those that ended."""
+        self.raise_failure()
+        ended = []
+        for _ in range(count):
+            start = time.perf_counter()
+            try:
+                metrics = self.run_round()
+            except Exception as e:
+                if not ended:
+                    raise
+                self.failure = e
+                break
+            ended.append((metrics, time.perf_counter() - start))
+        return ended
+
+    def raise_failure(self) -> None:
+        """The failure of a round whose call returned the rounds before it: nothing may follow it (a checkpoint
+        would record the failed round's half-changed state)."""
+        if self.failure is not None:
+            raise self.failure
+
     def run_round(self) -> dict[str, Any]:
         if self.idle_since is not None:  # the driver asks for rounds ahead: this stays near 0 unless it lags
             self.server.phases.add("round: coordinator idle before it", time.perf_counter() - self.idle_since)
@@ -177,6 +202,7 @@ class CoordinatorActor:
     def checkpoint(self) -> str:
         """The server's snapshot and the client state files written since the previous checkpoint (the client
         states themselves are in the run directory already: orchestrator/client_store.py)."""
+        self.raise_failure()
         try:
             with self.server.phases("checkpoint"):
                 return self._checkpoint()

@@ -294,6 +294,11 @@ class ResourcesConfig(Strict):
         "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
         "orchestrator/placement.py's SMALL_ROUND_STEPS optimizer steps in all) and no GPU is asked for, else actors. "
         "The history is the same as with one actor")
+    rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "
+        "orchestrator/round_loop.py's CALL_SECONDS (a call costs a fraction of a millisecond, which rounds of a few "
+        "milliseconds feel), never past a due checkpoint. The history does not depend on it; a stop signal waits "
+        "for the calls in flight")
     partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
                                "not each model, where the method averages them as FedAvg does; the history then "
                                "depends on the number of actors in the last float32 bit (README)")

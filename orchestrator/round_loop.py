@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from orchestrator.results import headline
 from orchestrator.run_context import RoundRecord, RunContext
@@ -13,36 +14,62 @@ from orchestrator.run_errors import resume_hint
 from orchestrator.signals import await_round
 from orchestrator.tracking import Tracker
 
-# Rounds asked of the coordinator ahead of the one the driver waits for: it starts the next round as soon as it
-# ends one, instead of idling for the metrics' trip to the driver and the next call's back
+# Calls to the coordinator in flight ahead of the one the driver waits for: it starts the next rounds as soon as it
+# ends a call's, instead of idling for the metrics' trip to the driver and the next call's back
 # (benchmarks/README.md, "Tiny clients").
-ROUNDS_AHEAD = 2
+CALLS_AHEAD = 2
+# A call asks for as many rounds as took about this long, judged by the rounds before (at least one, at most
+# MAX_ROUNDS_PER_CALL, never past a due checkpoint): a Ray call costs a fraction of a millisecond, which a round of
+# a few milliseconds feels, while a stop waits for the calls in flight.
+CALL_SECONDS = 0.05
+MAX_ROUNDS_PER_CALL = 64
+
+
+@dataclass
+class RoundsCall:
+    """One call in flight: `count` rounds, and after them a checkpoint where one is due."""
+
+    rounds: Any  # ObjectRef of [(metrics, seconds)], one per round ended
+    checkpoint: Any | None  # ObjectRef of the checkpoint's path
+    count: int
 
 
 class RoundQueue:
-    """The coordinator's calls in flight, in the order it runs them: each round, and after it a checkpoint
-    where one is due (every `checkpoint.every` rounds, and after the last), asked for with the round."""
+    """The coordinator's calls in flight, in the order it runs them: each a run of rounds, and after it a checkpoint
+    where one is due (every `checkpoint.every` rounds, and after the last), asked for with the rounds."""
 
-    def __init__(self, coordinator, done: int, last: int, every: int):
+    def __init__(self, coordinator, done: int, last: int, every: int, per_call: int | Literal["auto"] = "auto"):
         self.coordinator, self.submitted, self.last, self.every = coordinator, done, last, every
-        self.calls: deque = deque()
-        while self.submitted < min(done + ROUNDS_AHEAD, last):
+        self.fixed = per_call != "auto"  # resources.rounds_per_call
+        self.per_call = per_call if self.fixed else 1  # auto: one until a round's time is known
+        self.calls: deque[RoundsCall] = deque()
+        while len(self.calls) < CALLS_AHEAD and self.submitted < last:
             self.submit()
 
     def submit(self) -> None:
-        self.submitted += 1
+        count = min(self.per_call, self.last - self.submitted)
+        if self.every:  # up to the next due checkpoint
+            count = min(count, self.every - self.submitted % self.every)
+        self.submitted += count
         due = (self.every and self.submitted % self.every == 0) or self.submitted == self.last
-        self.calls.append((self.coordinator.run_round.remote(), self.coordinator.checkpoint.remote() if due else None))
+        self.calls.append(RoundsCall(self.coordinator.run_rounds.remote(count),
+                                     self.coordinator.checkpoint.remote() if due else None, count))
 
-    def next(self, stopping: bool):
-        """(round, checkpoint or None) of the next round; one more round asked for unless stopping, and the
-        last round before a stop checkpointed."""
-        round_ref, checkpoint = self.calls.popleft()
+    def observe(self, seconds_per_round: float) -> None:
+        """The rounds' time so far: later calls ask for about CALL_SECONDS of rounds (unless fixed)."""
+        if not self.fixed:
+            self.per_call = max(1, min(MAX_ROUNDS_PER_CALL, int(CALL_SECONDS / max(seconds_per_round, 1e-6))))
+
+    def next(self, stopping: bool) -> Any | None:
+        """The checkpoint after the call the driver waited for, or None; one more call submitted unless stopping,
+        and the last rounds before a stop checkpointed."""
+        call = self.calls.popleft()
+        checkpoint = call.checkpoint
         if not stopping and self.submitted < self.last:
             self.submit()
         if stopping and not self.calls and checkpoint is None:
             checkpoint = self.coordinator.checkpoint.remote()
-        return round_ref, checkpoint
+        return checkpoint
 
 
 def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord) -> str | None:
@@ -51,34 +78,43 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
     MLflow, metrics.jsonl and on_round overlap the coordinator's next rounds."""
     cfg, history = ctx.cfg, record.history
     bar = progress_bar(ctx.request.progress, cfg.train.rounds, len(history))
-    queue = RoundQueue(coordinator, len(history), ctx.request.last_round, cfg.checkpoint.every)
+    queue = RoundQueue(coordinator, len(history), ctx.request.last_round, cfg.checkpoint.every,
+                       cfg.resources.rounds_per_call)
     metrics_file = MetricsFile(ctx.log)
     r0 = time.perf_counter()
     try:
         while queue.calls:
             with ctx.phases("driver: wait for the round"):
-                metrics = await_round(queue.calls[0][0], ctx.stop)
-            if metrics is None:  # stop requested and the round did not end in time: abandoned
+                ended = await_round(queue.calls[0].rounds, ctx.stop)
+            if ended is None:  # stop requested and the rounds did not end in time: abandoned
                 tracker.flush()
                 return f"round {len(history) + 1} abandoned after a stop signal; {resume_hint(ctx.log.run_dir)}"
             stopping = ctx.stop.signum is not None
-            _, checkpoint = queue.next(stopping)
-            record.round_seconds.append(time.perf_counter() - r0)
-            r0 = time.perf_counter()
-            history.append(metrics)
-            written = record_round(ctx, tracker, record, metrics_file, bar, checkpoint)
-            if stopping:
-                if not queue.calls:
-                    return (f"stopped after round {metrics['round']}; checkpoint {written}; "
-                            f"continue with `mooring run --resume {ctx.log.run_dir}`")
-                continue
-            if ctx.request.on_round is not None:
-                ctx.request.on_round(metrics)
+            queue.observe(sum(seconds for _, seconds in ended) / len(ended))
+            checkpoint = queue.next(stopping)
+            wall, r0 = time.perf_counter() - r0, time.perf_counter()
+            for i, (metrics, seconds) in enumerate(ended):
+                record.round_seconds.append(share_of(wall, seconds, ended))
+                history.append(metrics)
+                written = record_round(ctx, tracker, record, metrics_file, bar,
+                                       checkpoint if i == len(ended) - 1 else None)
+                if not stopping and ctx.request.on_round is not None:
+                    ctx.request.on_round(metrics)
+            if stopping and not queue.calls:
+                return (f"stopped after round {history[-1]['round']}; checkpoint {written}; "
+                        f"continue with `mooring run --resume {ctx.log.run_dir}`")
     finally:
         metrics_file.update(history, force=True)
         if bar is not None:
             bar.close()
     return None
+
+
+def share_of(wall: float, seconds: float, ended: list[tuple[dict[str, Any], float]]) -> float:
+    """A round's share of the `wall` seconds the driver waited for its call: in proportion to its time in the
+    coordinator, so that the rounds' seconds add up to the loop's time."""
+    total = sum(s for _, s in ended)
+    return wall * seconds / total if total > 0 else wall / len(ended)
 
 
 def record_round(ctx: RunContext, tracker: Tracker, record: RoundRecord, metrics_file: MetricsFile, bar,

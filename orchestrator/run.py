@@ -6,7 +6,8 @@
       │  opens the run; coordinator.start(data) loads the actors                       (orchestrator/run_start.py)
       ├─ after set-up: actors.json (node, pid, assigned resources of each client actor); at the end again,
       │  with the devices its data and models were on and its peak CUDA memory
-      ├─ each round: coordinator.run_round() → metrics → metrics.jsonl, MLflow, progress bar
+      ├─ coordinator.run_rounds(n), n rounds a call (about 50 ms of them) → each one's metrics → metrics.jsonl,
+      │  MLflow, progress bar
       ├─ every checkpoint.every rounds: coordinator.checkpoint()                        (orchestrator/round_loop.py)
       └─ at the end: result.json, accuracy plot, final global state, MLflow artifacts  (orchestrator/artifacts.py)
     Every phase is timed (orchestrator/phases.py; `mooring run --profile`). The run directory's files are

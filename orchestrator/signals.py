@@ -16,7 +16,7 @@ class RunInterrupted(Exception):
 class StopSignals:
     """SIGINT and SIGTERM while a run is in this (main) thread. During set-up a signal interrupts at once
     (KeyboardInterrupt); during the rounds it is only recorded, and the round loop finishes or abandons the
-    rounds in flight (at most ROUNDS_AHEAD), checkpoints and stops. A second signal interrupts at once."""
+    rounds in flight (at most CALLS_AHEAD calls of rounds), checkpoints and stops. A second signal interrupts at once."""
 
     def __init__(self):
         self.signum: int | None = None

@@ -318,3 +318,23 @@ def test_stacked_sgd_with_every_client_stepping_matches_torch_over_steps():
             torch_opt.step()
         for n, p in reference.items():
             assert torch.allclose(stacked[n][k], p.detach(), atol=1e-6, rtol=0), (k, n)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("alone_up_to", [0, 1, 3, 6])
+def test_steps_of_few_clients_taken_one_by_one_equal_sequential(tmp_path, monkeypatch, optimizer, alone_up_to):
+    """The vectorized engine steps a prefix of at most ALONE_UP_TO clients one client at a time, without vmap: never
+    (0), in the tail of uneven step counts (1, 3), or always (6 clients). Each gives every client's sequential update,
+    with momentum, weight decay and clipping, or Adam."""
+    from tasks.algorithms import engines
+
+    monkeypatch.setattr(engines, "ALONE_UP_TO", alone_up_to)
+    lr = "0.01" if optimizer == "adam" else "0.05"
+    _, rounds = engines_after_rounds(tmp_path, "algorithm.name=fedprox", f"train.optimizer.name={optimizer}",
+                                     f"train.optimizer.lr={lr}", rounds=2)
+    for t, (updates, _) in enumerate(rounds):
+        for cid in updates["sequential"]:
+            assert_close(updates["sequential"][cid].tensors, updates["vectorized"][cid].tensors,
+                         ADAM_ATOL if optimizer == "adam" else SGD_ATOL, f"round {t} client {cid}")
+            assert updates["sequential"][cid].metrics["train_loss"] == pytest.approx(
+                updates["vectorized"][cid].metrics["train_loss"], rel=1e-5)

@@ -289,3 +289,37 @@ def test_a_partition_kind_comes_by_entry_point_and_may_not_take_a_built_in_s_nam
     with working_directory(splits), pytest.raises(ConfigError) as e:
         load_config("lab.yaml", ["data.partition.kind=another"])
     assert f"entry point iid = {PARITY} (mooring.partitions): 'iid' is a built-in partition kind's name" in str(e.value)
+
+
+def test_a_round_failing_inside_a_call_of_several_keeps_the_rounds_before_it_and_checkpoints_nothing_after(lab):
+    """The driver asks the coordinator for several rounds a call (resources.rounds_per_call = 3: rounds 1-3, then
+    4-6 and the checkpoint due at 6). Round 5 fails in the middle of the second call: the run ends in one line
+    naming round 5, metrics.jsonl keeps rounds 1-4, and the checkpoint asked for after the call is not written (it
+    would hold the failed round's half-changed state)."""
+    (lab / "my_lab" / "failing.py").write_text(textwrap.dedent('''
+        from tasks.algorithms.fedavg import FedAvg
+
+
+        class FailsInRound5(FedAvg):
+            name = "fails_in_round_5"
+
+            def aggregate(self, state, updates, round_idx):
+                if round_idx == 4:
+                    raise RuntimeError("the aggregate of round 5 fails")
+                return super().aggregate(state, updates, round_idx)
+    '''))
+    config = lab_config(lab, "my_lab.failing:FailsInRound5")
+    config["train"]["rounds"], config["checkpoint"]["every"] = 8, 6
+    config["resources"] = {"rounds_per_call": 3, "clients_on": "coordinator"}
+    (lab / "failing.yaml").write_text(yaml.safe_dump(config))
+    from orchestrator.checkpoint import checkpoint_rounds
+    mooring = Path(sys.executable).parent / "mooring"
+    result = subprocess.run([str(mooring), "run", "failing.yaml", "--quiet"], cwd=lab, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert result.returncode != 0
+    assert re.fullmatch(r"error: round 5 failed: RuntimeError: the aggregate of round 5 fails; .*\n", result.stderr), \
+        result.stderr[-2000:]
+    run_dir = next((lab / "runs").glob("lab-fails_in_round_5-*"))
+    rounds = [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rounds == [1, 2, 3, 4]
+    assert checkpoint_rounds(str(run_dir)) == []

@@ -27,14 +27,17 @@ def deterministic(history):
 
 def test_same_history_whatever_the_number_of_actors_and_in_process(ray_session, workdir):
     """On 1 or 3 client actors, in the coordinator's process (resources.clients_on), and in one process without
-    Ray: the same history. The coordinator that trains takes one actor's CPUs, and gives them back at the end."""
+    Ray: the same history, whether the driver asks for one round a call or several (resources.rounds_per_call). The
+    coordinator that trains takes one actor's CPUs, and gives them back at the end."""
     import ray
 
     actors = FAST + workdir + ["resources.clients_on=actors"]
-    one = run_experiment(load_config("configs/default.yaml", actors + ["resources.num_actors=1"]), progress=False)
+    one = run_experiment(load_config("configs/default.yaml", actors + ["resources.num_actors=1",
+                                                                       "resources.rounds_per_call=1"]), progress=False)
     three = run_experiment(load_config("configs/default.yaml", actors + ["resources.num_actors=3", "resources.cpus_per_actor=0.5"]),
                            progress=False)
-    here = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.clients_on=coordinator"]),
+    here = run_experiment(load_config("configs/default.yaml", FAST + workdir + ["resources.clients_on=coordinator",
+                                                                                 "resources.rounds_per_call=3"]),
                           progress=False)
     assert one.history == three.history == here.history
     assert one.history[-1]["accuracy"] > 0.1

@@ -41,6 +41,11 @@ from tasks.privacy.mechanisms import clip_rows
 
 ENGINES = ("auto", "sequential", "vectorized")
 
+# A step of at most this many clients runs one client at a time, without vmap, whose fixed cost is three plain steps
+# of the digits MLP on this project's CPU: in the tail of a round of Dirichlet-skewed clients, where one large client
+# steps alone, that cut the round by 5 %; 2 or 3 gained no more (benchmarks/README.md, "Tiny clients").
+ALONE_UP_TO = 1
+
 
 # ------------------------------------------------------------------------------------------- choice
 def model_refusal(model: nn.Module) -> str:
@@ -182,67 +187,72 @@ def split_inputs(inputs: list[State]) -> tuple[list, list[bool], object]:
 # ----------------------------------------------------------------------------------------- engine
 class StackedOptimizer:
     """torch.optim.SGD / Adam's update rules on [K, ...] parameters; a client whose `active` is 0 keeps its
-    parameters and optimizer state unchanged. A step may cover the first `n` clients only (the others keep theirs):
-    the engine orders clients by their number of steps, so those still stepping are a prefix."""
+    parameters and optimizer state unchanged. A step covers the rows `first` .. `first + len(active)` only (the
+    others keep theirs): the engine orders clients by their number of steps, so those still stepping are a prefix,
+    which it steps at once or one client at a time."""
 
     def __init__(self, params: dict[str, torch.Tensor], train: TrainSettings, lr: float):
         self.params, self.train, self.lr = params, train, lr
         self.state: dict[str, dict[str, torch.Tensor]] = {}
         self.steps = 0
 
-    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor, everyone: bool | None = None) -> None:
-        """`grads` of the first len(active) clients; `everyone`: whether they are all active (known beforehand
-        saves a look at `active`)."""
-        t, n = self.train, len(active)
-        self.steps += 1
+    def step(self, grads: dict[str, torch.Tensor], active: torch.Tensor, everyone: bool | None = None,
+             first: int = 0, number: int | None = None) -> None:
+        """`grads` of the clients in rows `first` .. `first + len(active)`; `everyone`: whether they are all active
+        (known beforehand saves a look at `active`); `number`: which step of theirs this is, 1 for the first (by
+        default one more than the previous call's)."""
+        t, rows = self.train, slice(first, first + len(active))
+        self.steps = self.steps + 1 if number is None else number
         everyone = bool(active.all()) if everyone is None else everyone
         if t.optimizer == "sgd" and everyone:
-            self._sgd_everyone(grads, n)
+            self._sgd_everyone(grads, rows)
             return
         for name, g in grads.items():
-            p = self.params[name][:n]
+            p = self.params[name][rows]
             mask = active.reshape(-1, *[1] * (p.dim() - 1))
             if t.weight_decay:
                 g = g.add(p, alpha=t.weight_decay)
             if t.optimizer == "adam":
-                update = self._adam(name, g, mask)
+                update = self._adam(name, g, mask, rows)
             elif t.momentum:
-                update = self._momentum(name, g, mask)
+                update = self._momentum(name, g, mask, rows)
             else:
                 update = g
             p.sub_(update * (mask * self.lr))
 
-    def _sgd_everyone(self, grads: dict[str, torch.Tensor], n: int) -> None:
-        """SGD (weight decay, momentum) when each of the first `n` clients steps: the same update as the masked path
-        below, as a few multi-tensor operations rather than several per tensor."""
+    def _buffer(self, name: str, kind: str) -> torch.Tensor:
+        """The optimizer state `kind` of every client's tensor `name`, [K, ...], zeros until first stepped."""
+        per_name = self.state.setdefault(name, {})
+        if kind not in per_name:
+            per_name[kind] = torch.zeros_like(self.params[name])
+        return per_name[kind]
+
+    def _sgd_everyone(self, grads: dict[str, torch.Tensor], rows: slice) -> None:
+        """SGD (weight decay, momentum) when each client of `rows` steps: the same update as the masked path below,
+        as a few multi-tensor operations rather than several per tensor."""
         t, names = self.train, list(grads)
-        params, gs = [self.params[name][:n] for name in names], list(grads.values())
+        params, gs = [self.params[name][rows] for name in names], list(grads.values())
         if t.weight_decay:
             gs = torch._foreach_add(gs, params, alpha=t.weight_decay)
         if t.momentum:
-            if names[0] not in self.state:  # torch's first step: buf = d_p (every client takes a first step)
-                self.state.update({name: {"momentum": g.clone()} for name, g in zip(names, gs)})
-                gs = [self.state[name]["momentum"] for name in names]
+            bufs = [self._buffer(name, "momentum")[rows] for name in names]
+            if self.steps == 1:  # torch's first step: buf = d_p
+                torch._foreach_copy_(bufs, gs)
             else:
-                bufs = [self.state[name]["momentum"][:n] for name in names]
                 torch._foreach_mul_(bufs, t.momentum)
                 torch._foreach_add_(bufs, gs)
-                gs = bufs
+            gs = bufs
         torch._foreach_add_(params, gs, alpha=-self.lr)
 
-    def _momentum(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        st = self.state.get(name)
-        if st is None:  # torch's first step: buf = d_p
-            self.state[name] = {"momentum": g.clone()}
-            return self.state[name]["momentum"]
-        buf = st["momentum"][:len(g)]
-        buf.copy_(torch.where(mask > 0, buf * self.train.momentum + g, buf))
+    def _momentum(self, name: str, g: torch.Tensor, mask: torch.Tensor, rows: slice) -> torch.Tensor:
+        buf = self._buffer(name, "momentum")[rows]
+        stepped = g if self.steps == 1 else buf * self.train.momentum + g  # torch's first step: buf = d_p
+        buf.copy_(torch.where(mask > 0, stepped, buf))
         return buf
 
-    def _adam(self, name: str, g: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _adam(self, name: str, g: torch.Tensor, mask: torch.Tensor, rows: slice) -> torch.Tensor:
         beta1, beta2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults, as make_optimizer builds it
-        st = self.state.setdefault(name, {"m": torch.zeros_like(g), "v": torch.zeros_like(g)})
-        m, v = st["m"][:len(g)], st["v"][:len(g)]
+        m, v = self._buffer(name, "m")[rows], self._buffer(name, "v")[rows]
         m.copy_(torch.where(mask > 0, m.lerp(g, 1 - beta1), m))
         v.copy_(torch.where(mask > 0, v * beta2 + (1 - beta2) * g * g, v))
         # active clients all run a prefix of the steps, so an active client's step count is self.steps
@@ -319,8 +329,27 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     if rounds[0].objective.record_seen:
         hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device,
                                   rounds[0].objective.record_clip))
+    def step(leaves_of: dict[str, torch.Tensor], loss: torch.Tensor, active_rows: torch.Tensor, everyone: bool | None,
+             first: int, number: int) -> None:
+        """The optimizer's step `number` of rows `first` ..: `leaves_of` their parameters, `loss` their summed loss."""
+        grads = torch.autograd.grad(loss, list(leaves_of.values()), allow_unused=True)
+        grads = {name: g for name, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
+        if train.grad_clip is not None:
+            grads = clip_per_client(grads, train.grad_clip)
+        with torch.no_grad():
+            optimizer.step(grads, active_rows, everyone, first, number)
+
     stepping = (step_counts.unsqueeze(0) > torch.arange(x.shape[0]).unsqueeze(1)).sum(dim=1).tolist()
     for s, n in enumerate(stepping):
+        if not hooks and n <= ALONE_UP_TO:  # few clients still stepping: one by one costs less than vmap's fixed cost
+            for k in range(n):
+                leaf_params = {name: p[k:k + 1].detach().requires_grad_(True) for name, p in params.items()}
+                loss, _ = client_loss({name: p[0] for name, p in leaf_params.items()},
+                                      {name: f[k] for name, f in fixed.items()}, x[s, k], y[s, k], weight[s, k],
+                                      [leaf[k] for leaf in batched_leaves])
+                step(leaf_params, loss, active[s, k:k + 1], True, k, s + 1)
+                loss_sum[k] += loss.detach().double()
+            continue
         if hooks:  # they keep [K] state: every client at every step, masked
             n, everyone = len(rounds), None
         else:  # the prefix still stepping, every one of them active
@@ -329,12 +358,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         losses, h = losses_of(leaf_params, {name: f[:n] for name, f in fixed.items()}, x[s, :n], y[s, :n],
                               weight[s, :n], [leaf[:n] for leaf in batched_leaves])
         losses = losses * active[s, :n]
-        grads = torch.autograd.grad(losses.sum(), list(leaf_params.values()), allow_unused=True)
-        grads = {name: g for name, g in zip(trainable, grads) if g is not None}  # torch's optimizers skip grad None
-        if train.grad_clip is not None:
-            grads = clip_per_client(grads, train.grad_clip)
-        with torch.no_grad():
-            optimizer.step(grads, active[s, :n], everyone)
+        step(leaf_params, losses.sum(), active[s, :n], everyone, 0, s + 1)
         for hook in hooks:
             hook.after_step(h, y[s], weight[s], active[s])
         # summed step after step in float64, as the sequential engine adds its steps' losses

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator import storage
 from orchestrator.client_store import states_dir, version_name
+from orchestrator.history_codec import decoded
 
 CHECKPOINT_NAME = re.compile(r"round-(\d{6,})")
 FILES = ("server.pt",)
@@ -108,6 +109,11 @@ def verify_checkpoint(checkpoint: str) -> None:
         if name == "server.pt" and (not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents)
                                     or contents["round"] != round_idx):
             raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
+        if name == "server.pt":
+            try:
+                decoded(contents["history"])
+            except ValueError as e:
+                raise CheckpointError(f"{path}: its history cannot be read ({e})") from None
     for path, entry in client_state_files(checkpoint).values():
         load_safely(path, checked_bytes(path, entry))
 

@@ -20,6 +20,7 @@ from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.client_store import ClientStateStore
 from orchestrator.evaluation import accuracies_on_test_sets, personalized_eval_clients, personalized_summary
+from orchestrator.history_codec import HistoryText, decoded
 from orchestrator.methods import build_algorithm
 from orchestrator.partial_sums import fold_partial_sums, sums_updates
 from orchestrator.participation import Participation
@@ -88,6 +89,7 @@ class Server:
         self.round = 0
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
+        self.history_text = HistoryText()  # the history as checkpoints hold it, each round encoded once
         self.bytes_total = 0
         self.set_up = not self.algorithm.capabilities().setup_exchange
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
@@ -106,13 +108,14 @@ class Server:
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
-        snap = {"round": self.round, "state": self.state, "history": self.history, "bytes_total": self.bytes_total,
-                "set_up": self.set_up, "privacy": self.privacy.snapshot()}
+        snap = {"round": self.round, "state": self.state, "history": self.history_text.of(self.history),
+                "bytes_total": self.bytes_total, "set_up": self.set_up, "privacy": self.privacy.snapshot()}
         clock = self.participation or self.buffered
         return snap | ({"participation": clock.snapshot()} if clock else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
-        self.round, self.state, self.history = snap["round"], snap["state"], list(snap["history"])
+        self.round, self.state, self.history = snap["round"], snap["state"], decoded(snap["history"])
+        self.history_text = HistoryText()
         self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
         clock = self.participation or self.buffered
         if clock:

@@ -23,6 +23,7 @@ from contextlib import nullcontext, suppress
 from orchestrator import resume_config, run_lock, storage
 from orchestrator.artifacts import finish_artifacts, import_plotting_meanwhile
 from orchestrator.config import ExperimentConfig
+from orchestrator.history_codec import decoded
 from orchestrator.phases import Phases
 from orchestrator.results import RunResult, summarize, summary_metrics
 from orchestrator.round_loop import backfill_tracking, run_rounds
@@ -76,7 +77,7 @@ def _run_holding(ctx: RunContext) -> RunResult:
     t0 = time.perf_counter()
     coordinator, tracker = _start(ctx)
     startup = sum(ctx.phases.as_dict().get("start: Ray", []))
-    history = list(ctx.snapshot["history"]) if ctx.snapshot else []
+    history = decoded(ctx.snapshot["history"]) if ctx.snapshot else []
     record = RoundRecord(history, backfill_tracking(tracker, ctx.log, len(history)) if ctx.resumed else set())
     status, final_state, interrupted, result = _rounds(ctx, coordinator, tracker, record, lambda: summarize(
         ctx.cfg, record.history, wall_seconds=time.perf_counter() - t0, mlflow_run_id=tracker.run_id,

@@ -111,9 +111,11 @@ class ClientHost:
     def round_seeds(self, cids: list[int], round_idx: int) -> list[tuple[int, int]]:
         """Each client's (generator seed, torch seed) for the round: derive_seed(run seed, round, client[, 1]),
         derived for all the clients at once."""
-        rows = np.array([[self.cfg.seed, round_idx, cid] for cid in cids], dtype=np.int64).reshape(-1, 3)
-        torch_rows = np.column_stack([rows, np.ones(len(cids), dtype=np.int64)])
-        return list(zip(derive_seeds(rows), derive_seeds(torch_rows)))
+        # derive_seed(a, b, c) is derive_seed(a, b, c, 0) (SeedSequence pads its pool with zeros): one call for both
+        rows = np.array([[self.cfg.seed, round_idx, cid, stream] for stream in (0, 1) for cid in cids],
+                        dtype=np.int64).reshape(-1, 4)
+        seeds = derive_seeds(rows)
+        return list(zip(seeds[:len(cids)], seeds[len(cids):]))
 
     def context(self, cid: int, round_idx: int, seed_torch: bool = True,
                 seeds: tuple[int, int] | None = None) -> RoundContext:

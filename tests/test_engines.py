@@ -294,6 +294,10 @@ def test_derive_seeds_equals_derive_seed_row_by_row():
         rows = rng.integers(0, 2**40, size=(50, parts))  # words above 32 bits are masked, as derive_seed masks them
         rows[0] = 0
         assert derive_seeds(rows) == [derive_seed(*row) for row in rows.tolist()]
+    # a trailing 0 changes nothing up to four parts (ClientHost.round_seeds relies on it)
+    rows = rng.integers(0, 2**32, size=(20, 3))
+    assert derive_seeds(np.column_stack([rows, np.zeros(20, dtype=np.int64)])) == \
+        [derive_seed(*row) for row in rows.tolist()]
 
 
 def test_stacked_sgd_with_every_client_stepping_matches_torch_over_steps():

@@ -162,6 +162,22 @@ def stacked_batches(rounds: list[ClientRound], batches: list[list[torch.Tensor]]
             active.to(device), step_counts.to(torch.float64))
 
 
+def on_device(model: nn.Module, device) -> nn.Module:
+    """`model` on `device`, moved only if a tensor of it is elsewhere (Module.to walks every module even then)."""
+    device = torch.device(device)
+    if any(t.device != device for t in [*model.parameters(), *model.buffers()]):
+        model.to(device)
+    return model
+
+
+def has_tied_tensors(model: nn.Module) -> bool:
+    """Whether one parameter or buffer of `model` goes by two names: only then must functional_call tie them
+    (its check of every name costs about 4 % of a tiny round)."""
+    named = [t for _, t in model.named_parameters(remove_duplicate=False)]
+    named += [t for _, t in model.named_buffers(remove_duplicate=False)]
+    return len({id(t) for t in named}) < len(named)
+
+
 def stack_states(states: list[State], names: list[str], device) -> dict[str, torch.Tensor]:
     """{name: [K, ...]}: each client's tensor under `name`; one copy repeated if every client shares one state."""
     if all(s is states[0] for s in states):
@@ -304,7 +320,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     all_batches = round_batches(rounds, train) if batches is None else batches
     order = sorted(range(len(rounds)), key=lambda k: -len(all_batches[k]))
     rounds, all_batches = [rounds[k] for k in order], [all_batches[k] for k in order]
-    model.to(device).train()
+    on_device(model, device).train()
     names = [n for n, _ in model.named_parameters()]
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     state_names = list(model.state_dict())
@@ -313,12 +329,13 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     fixed = stack_states(starts, [n for n in state_names if n not in trainable], device)  # frozen, buffers
     leaves, batched, spec = split_inputs([r.objective.inputs for r in rounds])
     x, y, weight, active, step_counts = stacked_batches(rounds, all_batches, device)
+    tied = has_tied_tensors(model)
 
     def client_loss(p, fixed_k, x_k, y_k, w_k, batched_leaves):
         it = iter(batched_leaves)
         inputs = tree_unflatten([next(it) if b else leaf for leaf, b in zip(leaves, batched)], spec) if leaves else {}
         tensors = {**p, **fixed_k}
-        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True})
+        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
         return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k), h.detach()
 
     losses_of = vmap(client_loss)
@@ -395,16 +412,17 @@ def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRou
     (float64 sums on the CPU, the non-float tensors) and each client's loss."""
     ctx = rounds[0].ctx
     train, device = ctx.train, ctx.device
-    model.to(device).train()
+    on_device(model, device).train()
     names = [n for n, _ in model.named_parameters()]
     start, inputs = rounds[0].objective.start, rounds[0].objective.inputs
     theta = {n: start[n].to(device).detach().requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
     fixed = {n: start[n].to(device) for n in model.state_dict() if n not in theta}
     x, y, weight, _, _ = stacked_batches(rounds, batches, device)
+    tied = has_tied_tensors(model)
 
     def client_loss(x_k, y_k, w_k):
         tensors = {**theta, **fixed}
-        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True})
+        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
         return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)
 
     losses = vmap(client_loss)(x[0], y[0], weight[0])

@@ -106,16 +106,21 @@ def verify_checkpoint(checkpoint: str) -> None:
     for name in FILES:
         path = storage.join(checkpoint, name)
         contents = load_safely(path, checked_bytes(path, manifest["files"][name]))
-        if name == "server.pt" and (not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents)
-                                    or contents["round"] != round_idx):
-            raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
         if name == "server.pt":
-            try:
-                decoded(contents["history"])
-            except ValueError as e:
-                raise CheckpointError(f"{path}: its history cannot be read ({e})") from None
+            check_server_snapshot(path, contents, round_idx)
     for path, entry in client_state_files(checkpoint).values():
         load_safely(path, checked_bytes(path, entry))
+
+
+def check_server_snapshot(path: str, contents, round_idx: int) -> None:
+    """CheckpointError unless `contents` (server.pt at `path`) is a server snapshot of `round_idx` whose history
+    can be read."""
+    if not isinstance(contents, dict) or not SNAPSHOT_KEYS <= set(contents) or contents["round"] != round_idx:
+        raise CheckpointError(f"{path}: not a server snapshot of round {round_idx}")
+    try:
+        decoded(contents["history"])
+    except ValueError as e:
+        raise CheckpointError(f"{path}: its history cannot be read ({e})") from None
 
 
 def read_manifest(checkpoint: str) -> dict[str, Any]:

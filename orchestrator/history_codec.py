@@ -31,9 +31,11 @@ class HistoryText:
     def of(self, history: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
         """`history` as a checkpoint holds it: JSON lines, or a copy of the list where a round is not exact in JSON.
         `history` must extend the one asked for before (a restored run starts a new HistoryText)."""
-        for metrics in history[len(self.lines):]:
-            self.exact = self.exact and exact_in_json(metrics)
-            self.lines.append(json.dumps(metrics) if self.exact else "")
+        for metrics in history[len(self.lines):] if self.exact else []:
+            if not exact_in_json(metrics):
+                self.exact, self.lines = False, []
+                break
+            self.lines.append(json.dumps(metrics))
         return "\n".join(self.lines) if self.exact else list(history)
 
 

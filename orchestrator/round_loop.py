@@ -1,5 +1,5 @@
-"""The driver's round loop: rounds asked of the coordinator ahead of time, each one's metrics written to
-metrics.jsonl and MLflow and shown, checkpoints where due, and a stop request honoured between rounds."""
+"""The driver's round loop: rounds asked of the coordinator ahead of time, several a call, each one's metrics written
+to metrics.jsonl and MLflow and shown, checkpoints where due, and a stop request honoured between calls."""
 from __future__ import annotations
 
 import time
@@ -27,11 +27,10 @@ MAX_ROUNDS_PER_CALL = 64
 
 @dataclass
 class RoundsCall:
-    """One call in flight: `count` rounds, and after them a checkpoint where one is due."""
+    """One call in flight: its rounds, and after them a checkpoint where one is due."""
 
     rounds: Any  # ObjectRef of [(metrics, seconds)], one per round ended
     checkpoint: Any | None  # ObjectRef of the checkpoint's path
-    count: int
 
 
 class RoundQueue:
@@ -53,7 +52,7 @@ class RoundQueue:
         self.submitted += count
         due = (self.every and self.submitted % self.every == 0) or self.submitted == self.last
         self.calls.append(RoundsCall(self.coordinator.run_rounds.remote(count),
-                                     self.coordinator.checkpoint.remote() if due else None, count))
+                                     self.coordinator.checkpoint.remote() if due else None))
 
     def observe(self, seconds_per_round: float) -> None:
         """The rounds' time so far: later calls ask for about CALL_SECONDS of rounds (unless fixed)."""
@@ -90,11 +89,12 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
                 tracker.flush()
                 return f"round {len(history) + 1} abandoned after a stop signal; {resume_hint(ctx.log.run_dir)}"
             stopping = ctx.stop.signum is not None
-            queue.observe(sum(seconds for _, seconds in ended) / len(ended))
+            in_coordinator = [seconds for _, seconds in ended]
+            queue.observe(sum(in_coordinator) / len(ended))
             checkpoint = queue.next(stopping)
             wall, r0 = time.perf_counter() - r0, time.perf_counter()
-            for i, (metrics, seconds) in enumerate(ended):
-                record.round_seconds.append(share_of(wall, seconds, ended))
+            for i, ((metrics, _), share) in enumerate(zip(ended, shares_of(wall, in_coordinator))):
+                record.round_seconds.append(share)
                 history.append(metrics)
                 written = record_round(ctx, tracker, record, metrics_file, bar,
                                        checkpoint if i == len(ended) - 1 else None)
@@ -110,11 +110,11 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
     return None
 
 
-def share_of(wall: float, seconds: float, ended: list[tuple[dict[str, Any], float]]) -> float:
-    """A round's share of the `wall` seconds the driver waited for its call: in proportion to its time in the
-    coordinator, so that the rounds' seconds add up to the loop's time."""
-    total = sum(s for _, s in ended)
-    return wall * seconds / total if total > 0 else wall / len(ended)
+def shares_of(wall: float, in_coordinator: list[float]) -> list[float]:
+    """Each round's share of the `wall` seconds the driver waited for their call: in proportion to its seconds in
+    the coordinator, so that the rounds' seconds add up to the loop's time."""
+    total = sum(in_coordinator)
+    return [wall * s / total if total > 0 else wall / len(in_coordinator) for s in in_coordinator]
 
 
 def record_round(ctx: RunContext, tracker: Tracker, record: RoundRecord, metrics_file: MetricsFile, bar,

@@ -346,6 +346,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     if rounds[0].objective.record_seen:
         hooks.append(SeenFeatures(len(rounds), rounds[0].data.num_classes, model.feature_dim, device,
                                   rounds[0].objective.record_clip))
+
     def step(leaves_of: dict[str, torch.Tensor], loss: torch.Tensor, active_rows: torch.Tensor, everyone: bool | None,
              first: int, number: int) -> None:
         """The optimizer's step `number` of rows `first` ..: `leaves_of` their parameters, `loss` their summed loss."""

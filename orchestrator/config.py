@@ -550,13 +550,19 @@ class ExperimentConfig(Strict):
         return self
 
     def participation_covers_clients(self) -> None:
-        from orchestrator.participation import read_system_trace
+        """The traces name the federation's clients: a row for each in the system trace, and only its clients in
+        the availability trace (an id past data.num_clients would never be sampled; docs/participation.md)."""
+        from orchestrator.participation import clients_outside, read_availability_trace, read_system_trace
 
         trace = self.participation.system.trace
         missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
         if missing:
             raise NestedFieldError("participation.system.trace", trace,
                                    f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
+        trace = self.participation.availability.trace
+        stranger = clients_outside(read_availability_trace(trace), self.data.num_clients) if trace else None
+        if stranger:
+            raise NestedFieldError("participation.availability.trace", trace, stranger)
 
     @model_validator(mode="after")
     def privacy_fits(self) -> ExperimentConfig:

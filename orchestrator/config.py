@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator import safe_yaml
 
@@ -55,6 +63,18 @@ class Strict(BaseModel):
 # numpy's and scikit-learn's random states take 0 .. 2**32 - 1
 SEED_MAX = 2**32 - 1
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
+
+def _storage_location(value: str) -> str:
+    from orchestrator.storage import unknown_scheme
+
+    problem = unknown_scheme(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+StorageLocation = Annotated[str, AfterValidator(_storage_location)]  # a local path or a URI pyarrow.fs can open
 # a run name becomes one directory under checkpoint.dir: a name, never a path
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
@@ -132,7 +152,7 @@ class DataConfig(Strict):
                                  "test set, every sample goes to the clients (methods without a global model)")
     split_seed: Seed | None = Field(None, description="random state of the train/test split; null: the run seed")
     client_test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client test split (personalized eval)")
-    partitions_dir: str = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
+    partitions_dir: StorageLocation = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
     pad: int = Field(0, ge=0)
     normalize: Literal["none", "center"] = "none"
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
@@ -401,7 +421,7 @@ class TrackingConfig(Strict):
 
 class CheckpointConfig(Strict):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0: only at the end")
-    dir: str = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
+    dir: StorageLocation = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
 
 
 class AdaptiveClipConfig(Strict):

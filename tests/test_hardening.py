@@ -47,6 +47,15 @@ def test_an_output_directory_that_cannot_be_written_is_one_line(key, value, prob
         check_output_dirs(cfg)
 
 
+@pytest.mark.parametrize("key", ["checkpoint.dir", "data.partitions_dir"])
+def test_an_output_uri_of_no_known_filesystem_is_refused_by_the_config(key):
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/default.yaml", [f"{key}=xyz://bucket/runs"])
+    assert str(e.value) == (f"configs/default.yaml: {key} = 'xyz://bucket/runs': no filesystem for xyz://; allowed: "
+                            "a local path or a URI of file://, s3://, gs://, gcs://, hdfs://, viewfs://, abfs://, abfss://")
+    assert load_config("configs/default.yaml", [f"{key}=s3://bucket/runs"])  # known: checked when it is written
+
+
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
     from orchestrator.datasets import prepare_data

@@ -56,6 +56,27 @@ def test_an_output_uri_of_no_known_filesystem_is_refused_by_the_config(key):
     assert load_config("configs/default.yaml", [f"{key}=s3://bucket/runs"])  # known: checked when it is written
 
 
+# ------------------------------------------------------------------ a run directory's records on resume
+@pytest.mark.parametrize("name, content, problem", [
+    ("run.json", b'{"mlflow_run_id": "ab', "not JSON (line 1: Unterminated string starting at)"),
+    ("run.json", b"[1]", "not a JSON object"),
+    ("run.json", b"[" * 100_000, "nested more than about"),
+    ("metrics.jsonl", b'{"round": 1}\n{"round": 2, "acc\n', "line 2: not JSON (line 1: "),
+    ("metrics.jsonl", b'{"round": 1}\n\n7\n', "line 3: not a round's metrics (an object with its round)"),
+])
+def test_a_damaged_run_record_is_one_line_before_a_resume_starts(tmp_path, capsys, name, content, problem):
+    from orchestrator import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy("configs/default.yaml", run / "config.yaml")
+    (run / name).write_bytes(content)
+    assert cli.main(["run", "--resume", str(run)]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {run / name}: {problem}"), line
+    assert (run / name).read_bytes() == content
+
+
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
     from orchestrator.datasets import prepare_data

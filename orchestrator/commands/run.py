@@ -48,9 +48,10 @@ def main(args) -> int:
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:
-        from orchestrator.run_dir import verified_checkpoint
+        from orchestrator.run_dir import RunLog, verified_checkpoint
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
+        RunLog(args.resume).check_records()  # and a damaged run.json or metrics.jsonl
     ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
     try:
         cfg, data, before_run = config_and_ray(args, ray_started_here)

@@ -77,6 +77,26 @@ def test_a_damaged_run_record_is_one_line_before_a_resume_starts(tmp_path, capsy
     assert (run / name).read_bytes() == content
 
 
+@pytest.mark.parametrize("content, problem", [
+    (b'{"fedavg": {"0": [{"round": 1, "accuracy": 0.5}', "not JSON (line 1: Expecting ',' delimiter)"),
+    (b"[" * 100_000, "nested more than about"),
+    (b'{"fedavg": [1]}', 'not {"variant": {"seed": [{"metric": number, ...}, ...]}} as mooring compare writes it'),
+    (b'{"fedavg": {"x": []}}', "fedavg: 'x' is not a seed (0, 1, 2, ...)"),
+    (b'{"fedavg": {"0": [{"accuracy": "high"}]}}', "fedavg, seed 0: not {"),
+])
+def test_damaged_saved_histories_are_one_line_for_claims_report_only(tmp_path, content, problem):
+    from pipelines.claims import saved_comparison
+
+    (tmp_path / "histories.json").write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        saved_comparison(tmp_path)
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"--report-only: {tmp_path / 'histories.json'}: {problem}"), line
+    assert line.endswith("; run the claims again to write it")
+    (tmp_path / "histories.json").write_text('{"fedavg": {"0": [{"round": 1, "accuracy": 0.5}]}}')
+    assert saved_comparison(tmp_path).values("fedavg", "accuracy:final") == {0: 0.5}
+
+
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
     from orchestrator.datasets import prepare_data

@@ -75,6 +75,18 @@ def _storage_location(value: str) -> str:
 
 
 StorageLocation = Annotated[str, AfterValidator(_storage_location)]  # a local path or a URI pyarrow.fs can open
+
+
+def _noise_in_range(value: float) -> float:
+    from tasks.privacy.settings import NOISE_RANGE
+
+    low, high = NOISE_RANGE
+    if value != 0 and not low <= value <= high:
+        raise ValueError(f"0 (no noise) or from {low:g} to {high:g} (docs/privacy.md, \"The range of noise\")")
+    return value
+
+
+NoiseMultiplier = Annotated[float, Field(ge=0), AfterValidator(_noise_in_range)]
 # a run name becomes one directory under checkpoint.dir: a name, never a path
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
@@ -429,8 +441,8 @@ class AdaptiveClipConfig(Strict):
 
     target_quantile: float = Field(0.5, gt=0, lt=1, description="γ: the share of updates the norm should let through")
     learning_rate: float = Field(0.2, gt=0, description="η of the geometric step C ← C·exp(−η(b̃ − γ))")
-    count_noise_multiplier: float | None = Field(
-        None, ge=0, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
+    count_noise_multiplier: NoiseMultiplier | None = Field(
+        None, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
 
 
 class ModelPrivacyConfig(Strict):
@@ -438,8 +450,8 @@ class ModelPrivacyConfig(Strict):
 
     clip: float | None = Field(None, gt=0, description="C: ℓ2 bound of an update θ_k − θ (the initial C if adaptive); "
                                "null: no clipping, no noise")
-    noise_multiplier: float = Field(0.0, ge=0, description="z: noise std z·C on the sum, at the server")
-    local_noise_multiplier: float = Field(0.0, ge=0, description="noise std ·C on each update, at its client")
+    noise_multiplier: NoiseMultiplier = Field(0.0, description="z: noise std z·C on the sum, at the server")
+    local_noise_multiplier: NoiseMultiplier = Field(0.0, description="noise std ·C on each update, at its client")
     adaptive: AdaptiveClipConfig | None = None
 
 
@@ -447,7 +459,7 @@ class StatsPrivacyConfig(Strict):
     """Per-class feature sums and counts: features clipped to `clip`, noise added on the client."""
 
     clip: float | None = Field(None, gt=0, description="ℓ2 bound of each feature summed; null: no clipping, no noise")
-    noise_multiplier: float = Field(0.0, ge=0, description="σ: noise std σ·clip per sum entry, σ per count")
+    noise_multiplier: NoiseMultiplier = Field(0.0, description="σ: noise std σ·clip per sum entry, σ per count")
 
 
 class PrivacyConfig(Strict):

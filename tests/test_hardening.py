@@ -77,6 +77,19 @@ def test_a_damaged_run_record_is_one_line_before_a_resume_starts(tmp_path, capsy
     assert (run / name).read_bytes() == content
 
 
+def test_a_config_given_beside_resume_is_refused_not_ignored(tmp_path, capsys):
+    from orchestrator import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy("configs/default.yaml", run / "config.yaml")
+    assert cli.main(["run", "configs/privacy_digits.yaml", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: mooring run configs/privacy_digits.yaml --resume {run}: a resume continues the run with its own "
+        f"config ({run}/config.yaml); give no CONFIG (change what may change with --set)"]
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]
+
+
 @pytest.mark.parametrize("content, problem", [
     (b'{"fedavg": {"0": [{"round": 1, "accuracy": 0.5}', "not JSON (line 1: Expecting ',' delimiter)"),
     (b"[" * 100_000, "nested more than about"),

@@ -274,7 +274,7 @@ def main(args) -> int:
         if cfg.claims is None:
             raise ConfigError(f"{path}: no `claims:` block")
     configs = [apply_budget(cfg, args.budget, path, args.overrides) for cfg, path in zip(configs, paths)]
-    seeds = parse_list(args.seeds, int) or None
+    seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or None
     sections = {}
     for cfg, path in zip(configs, paths):
         comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,

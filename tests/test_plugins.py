@@ -185,14 +185,29 @@ def test_mooring_new_method_writes_the_documented_method_and_a_test_of_its_loss_
         "nothing was written"]
 
 
-@pytest.mark.parametrize("name, problem", [("fedavg", "fedavg is a built-in method's name; choose another"),
-                                           ("2nd", "a method's name is a Python identifier (letters, digits, _)")])
+@pytest.mark.parametrize("name, problem", [
+    ("fedavg", "fedavg is a built-in method's name; choose another"),
+    ("2nd", "a method's name is a Python identifier (letters, digits, _)"),
+    # issue 36: `class (Algorithm):`, and modules the method file would shadow
+    ("_", "its class would be named '', which is not a Python class name; use letters and digits with _ between "
+          "words (my_prox → MyProx)"),
+    ("_2", "its class would be named '2', which is not a Python class name; use letters and digits with _ between "
+           "words (my_prox → MyProx)"),
+    ("none", "its class would be named 'None', which is not a Python class name; use letters and digits with _ "
+             "between words (my_prox → MyProx)"),
+    ("random", "random is a standard library module; random.py would shadow it wherever it is imported from; "
+               "choose another"),
+    ("os", "os is a standard library module; os.py would shadow it wherever it is imported from; choose another"),
+    ("torch", "torch is an installed module ("),
+    ("tasks", "tasks is an installed module ("),
+])
 def test_a_new_method_s_name_is_checked_in_one_line(tmp_path, capsys, name, problem):
     from orchestrator import cli
 
     assert cli.main(["new", "method", name, "--dir", str(tmp_path)]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: mooring new method ") and line.endswith(problem)
+    assert line.startswith("error: mooring new method ") and (line.endswith(problem) or problem.endswith("(")
+                                                                and problem in line), line
     assert not any(tmp_path.iterdir())
 
 

@@ -66,8 +66,11 @@ def import_failure(module_name: str, err: BaseException) -> str:
         where = f" ({err.filename}, line {err.lineno})"
     else:
         frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<frozen ")]
+        # the deepest line of the user's own code (not the environment's libraries), else the deepest of all
+        own = [f for f in frames if not f.filename.startswith((sys.prefix, sys.base_prefix))]
         if frames:
-            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+            frame = (own or frames)[-1]
+            where = f" ({frame.filename}, line {frame.lineno})"
     what = f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
     return f"cannot import {module_name}: {what}{where}"
 
@@ -77,8 +80,9 @@ def not_a_function_of_one(obj: object, kind: str) -> str | None:
     argument, defined outside the standard library (`os:system`, `builtins:exec` and their like are refused)."""
     if not inspect.isfunction(obj):
         return f"not {kind}"
-    name = f"{obj.__module__}.{obj.__qualname__}"
-    if obj.__module__.partition(".")[0] in sys.stdlib_module_names:
+    module = obj.__module__ or ""
+    name = f"{module}.{obj.__qualname__}"
+    if module.partition(".")[0] in sys.stdlib_module_names:
         return f"not {kind}: {name} is the standard library's; name a function of your own"
     try:
         inspect.signature(obj).bind(None)

@@ -376,3 +376,12 @@ def test_an_outside_module_that_fails_on_import_is_one_line_naming_it_the_except
         load_config("lab.yaml", ["algorithm.name=my_lab.broken:Method"])
     [line] = str(e.value).splitlines()
     assert line.replace(str(lab) + "/", "") == f"lab.yaml: algorithm.name = 'my_lab.broken:Method': {problem}", line
+
+
+def test_an_import_failing_inside_a_library_names_the_line_of_one_s_own_module(lab):
+    (lab / "my_lab" / "broken.py").write_text("import json\n\nSETTINGS = json.loads('{not json')\n")
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", ["data.dataset=my_lab.broken:load"])
+    assert str(e.value).replace(str(lab) + "/", "").endswith(
+        "cannot import my_lab.broken: JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1) (my_lab/broken.py, line 3)")

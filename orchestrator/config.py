@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator import safe_yaml
 
@@ -55,6 +63,30 @@ class Strict(BaseModel):
 # numpy's and scikit-learn's random states take 0 .. 2**32 - 1
 SEED_MAX = 2**32 - 1
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
+
+def _storage_location(value: str) -> str:
+    from orchestrator.storage import unknown_scheme
+
+    problem = unknown_scheme(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+StorageLocation = Annotated[str, AfterValidator(_storage_location)]  # a local path or a URI pyarrow.fs can open
+
+
+def _noise_in_range(value: float) -> float:
+    from tasks.privacy.settings import NOISE_RANGE
+
+    low, high = NOISE_RANGE
+    if value != 0 and not low <= value <= high:
+        raise ValueError(f"0 (no noise) or from {low:g} to {high:g} (docs/privacy.md, \"The range of noise\")")
+    return value
+
+
+NoiseMultiplier = Annotated[float, Field(ge=0), AfterValidator(_noise_in_range)]
 # a run name becomes one directory under checkpoint.dir: a name, never a path
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
@@ -132,7 +164,7 @@ class DataConfig(Strict):
                                  "test set, every sample goes to the clients (methods without a global model)")
     split_seed: Seed | None = Field(None, description="random state of the train/test split; null: the run seed")
     client_test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client test split (personalized eval)")
-    partitions_dir: str = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
+    partitions_dir: StorageLocation = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
     pad: int = Field(0, ge=0)
     normalize: Literal["none", "center"] = "none"
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
@@ -401,7 +433,7 @@ class TrackingConfig(Strict):
 
 class CheckpointConfig(Strict):
     every: int = Field(5, ge=0, description="rounds between checkpoints; 0: only at the end")
-    dir: str = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
+    dir: StorageLocation = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
 
 
 class AdaptiveClipConfig(Strict):
@@ -409,8 +441,8 @@ class AdaptiveClipConfig(Strict):
 
     target_quantile: float = Field(0.5, gt=0, lt=1, description="γ: the share of updates the norm should let through")
     learning_rate: float = Field(0.2, gt=0, description="η of the geometric step C ← C·exp(−η(b̃ − γ))")
-    count_noise_multiplier: float | None = Field(
-        None, ge=0, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
+    count_noise_multiplier: NoiseMultiplier | None = Field(
+        None, description="σ_b on the count of updates within C; null: clients per round / 20 (the paper's)")
 
 
 class ModelPrivacyConfig(Strict):
@@ -418,8 +450,8 @@ class ModelPrivacyConfig(Strict):
 
     clip: float | None = Field(None, gt=0, description="C: ℓ2 bound of an update θ_k − θ (the initial C if adaptive); "
                                "null: no clipping, no noise")
-    noise_multiplier: float = Field(0.0, ge=0, description="z: noise std z·C on the sum, at the server")
-    local_noise_multiplier: float = Field(0.0, ge=0, description="noise std ·C on each update, at its client")
+    noise_multiplier: NoiseMultiplier = Field(0.0, description="z: noise std z·C on the sum, at the server")
+    local_noise_multiplier: NoiseMultiplier = Field(0.0, description="noise std ·C on each update, at its client")
     adaptive: AdaptiveClipConfig | None = None
 
 
@@ -427,7 +459,7 @@ class StatsPrivacyConfig(Strict):
     """Per-class feature sums and counts: features clipped to `clip`, noise added on the client."""
 
     clip: float | None = Field(None, gt=0, description="ℓ2 bound of each feature summed; null: no clipping, no noise")
-    noise_multiplier: float = Field(0.0, ge=0, description="σ: noise std σ·clip per sum entry, σ per count")
+    noise_multiplier: NoiseMultiplier = Field(0.0, description="σ: noise std σ·clip per sum entry, σ per count")
 
 
 class PrivacyConfig(Strict):
@@ -550,13 +582,19 @@ class ExperimentConfig(Strict):
         return self
 
     def participation_covers_clients(self) -> None:
-        from orchestrator.participation import read_system_trace
+        """The traces name the federation's clients: a row for each in the system trace, and only its clients in
+        the availability trace (an id past data.num_clients would never be sampled; docs/participation.md)."""
+        from orchestrator.participation import clients_outside, read_availability_trace, read_system_trace
 
         trace = self.participation.system.trace
         missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
         if missing:
             raise NestedFieldError("participation.system.trace", trace,
                                    f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
+        trace = self.participation.availability.trace
+        stranger = clients_outside(read_availability_trace(trace), self.data.num_clients) if trace else None
+        if stranger:
+            raise NestedFieldError("participation.availability.trace", trace, stranger)
 
     @model_validator(mode="after")
     def privacy_fits(self) -> ExperimentConfig:

@@ -11,7 +11,6 @@ the server and its client state does not advance.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tasks.algorithms.base import derive_seeds
+from tasks.json_data import JsonProblem, parse_json
 
 AVAILABILITY_STREAM = 0xA7A
 PHASE_STREAM = 0x9A5
@@ -36,18 +36,21 @@ class TraceError(ValueError):
 def read_availability_trace(path: str) -> dict[int, list[tuple[float, float]]]:
     """{client: [(start, end), ...]} from a JSON object {"client id": [[start, end], ...]} (simulated seconds)."""
     try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"cannot read the trace ({getattr(e, 'strerror', None) or e})") from None
-    except json.JSONDecodeError as e:
-        raise TraceError(f"not JSON (line {e.lineno}: {e.msg})") from None
+        raw = parse_json(Path(path).read_bytes())
+    except OSError as e:
+        raise TraceError(f"cannot read the trace ({e.strerror or e})") from None
+    except JsonProblem as e:
+        raise TraceError(str(e)) from None
     if not isinstance(raw, dict):
         raise TraceError('expected a JSON object {"client id": [[start, end], ...]}')
+    if not raw:
+        raise TraceError('lists no client, so no client would ever be available; expected {"client id": '
+                         '[[start, end], ...]}')
     out: dict[int, list[tuple[float, float]]] = {}
     for key, intervals in raw.items():
         cid = _client_id(key)
         if not isinstance(intervals, list) or not all(_is_interval(i) for i in intervals):
-            raise TraceError(f"client {key}: expected a list of [start, end] pairs with start < end")
+            raise TraceError(f"client {key}: expected a list of [start, end] pairs of finite numbers with start < end")
         out[cid] = sorted((float(a), float(b)) for a, b in intervals)
     return out
 
@@ -56,15 +59,22 @@ def _client_id(text: Any) -> int:
     try:
         cid = int(text)
     except (TypeError, ValueError):
-        raise TraceError(f"{text!r} is not a client id (0, 1, 2, ...)") from None
+        raise TraceError(f"{str(text)[:40]!r} is not a client id (0, 1, 2, ...)") from None
     if cid < 0:
         raise TraceError(f"{text!r} is not a client id (0, 1, 2, ...)")
     return cid
 
 
 def _is_interval(item: Any) -> bool:
-    return (isinstance(item, list) and len(item) == 2 and all(isinstance(v, (int, float)) for v in item)
-            and all(math.isfinite(v) for v in item) and item[0] < item[1])
+    return (isinstance(item, list) and len(item) == 2 and all(_is_finite_number(v) for v in item)
+            and item[0] < item[1])
+
+
+def _is_finite_number(value: Any) -> bool:
+    """A JSON number a float holds: an integer past 1.8e308 has no float, and is no simulated time."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < 1e308 if isinstance(value, int) else math.isfinite(value)
 
 
 def read_system_trace(path: str) -> dict[int, tuple[float, float]]:
@@ -74,6 +84,8 @@ def read_system_trace(path: str) -> dict[int, tuple[float, float]]:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(f"cannot read the trace ({getattr(e, 'strerror', None) or e})") from None
+    except csv.Error as e:  # a field over csv's limit (128 KiB), a NUL byte
+        raise TraceError(f"not CSV ({e})") from None
     out: dict[int, tuple[float, float]] = {}
     for line, row in enumerate(rows, start=2):
         if set(row) != {"client", "speed", "bandwidth"}:
@@ -86,6 +98,14 @@ def read_system_trace(path: str) -> dict[int, tuple[float, float]]:
             raise TraceError(f"line {line}: speed and bandwidth must be positive and finite")
         out[_client_id(row["client"])] = (speed, bandwidth)
     return out
+
+
+def clients_outside(trace: dict[int, Any], num_clients: int) -> str | None:
+    """Why a trace's clients are not the federation's (None: every client id it names is one)."""
+    stranger = next((c for c in sorted(trace) if c >= num_clients), None)
+    if stranger is None:
+        return None
+    return f"client {stranger} is not in the federation (data.num_clients = {num_clients}: clients 0 .. {num_clients - 1})"
 
 
 # --------------------------------------------------------------------------------------------- draws

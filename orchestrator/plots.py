@@ -21,7 +21,10 @@ def _save(plt, fig, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    # exactly at `path`: in the format its suffix names, else PNG (matplotlib would add ".png" to a bare name)
+    suffix = path.suffix[1:].lower()
+    fmt = suffix if suffix in fig.canvas.get_supported_filetypes() else "png"
+    fig.savefig(path, dpi=110, bbox_inches="tight", format=fmt)
     plt.close(fig)
     return path
 

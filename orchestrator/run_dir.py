@@ -14,6 +14,7 @@ from orchestrator import checkpoint as ckpt
 from orchestrator import resume_config, storage
 from orchestrator.config import ConfigError, ExperimentConfig, build_config
 from orchestrator.run_errors import RunError
+from tasks.json_data import JsonProblem, parse_json
 
 
 def new_run_dir(cfg: ExperimentConfig) -> str:
@@ -91,16 +92,47 @@ class RunLog:
         storage.write_bytes_atomic(storage.join(self.run_dir, name), text.encode())
 
     def read_json(self, name: str) -> dict[str, Any]:
+        """A JSON object the run wrote ({} if there is none); a damaged one is a RunError line naming it."""
         path = storage.join(self.run_dir, name)
-        return json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
+        if not storage.exists(path):
+            return {}
+        try:
+            record = parse_json(storage.read_bytes(path))
+        except JsonProblem as e:
+            record = e
+        if not isinstance(record, dict):
+            problem = record if isinstance(record, JsonProblem) else "not a JSON object"
+            raise RunError(f"{path}: {problem}; it is the run's own record: restore it, or delete it to go on "
+                           "without it (a resume then opens a new MLflow run)")
+        return record
 
     def read_metrics(self) -> list[dict[str, Any]]:
+        """metrics.jsonl's rounds; a damaged line is a RunError line naming the file and the line."""
         path = storage.join(self.run_dir, "metrics.jsonl")
-        text = storage.read_bytes(path).decode() if storage.exists(path) else ""
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        text = storage.read_bytes(path) if storage.exists(path) else b""
+        return [metrics_line(path, number, line) for number, line in enumerate(text.splitlines(), start=1)
+                if line.strip()]
+
+    def check_records(self) -> None:
+        """Refuse a resume whose run.json or metrics.jsonl is damaged, before anything starts."""
+        self.read_json("run.json")
+        self.read_metrics()
 
     def write_metrics(self, history: list[dict[str, Any]]) -> None:
         self.write("metrics.jsonl", "".join(strict_json(m) + "\n" for m in history))
+
+
+def metrics_line(path: str, number: int, line: bytes) -> dict[str, Any]:
+    """One round's metrics as metrics.jsonl holds it: a JSON object with an integer `round`."""
+    try:
+        metrics = parse_json(line)
+    except JsonProblem as e:
+        metrics = e
+    if not (isinstance(metrics, dict) and type(metrics.get("round")) is int):
+        problem = metrics if isinstance(metrics, JsonProblem) else "not a round's metrics (an object with its round)"
+        raise RunError(f"{path}: line {number}: {problem}; the checkpoint holds the history: delete the file (or the "
+                       "line) to resume, the file is then written again from the checkpoint")
+    return metrics
 
 
 class MetricsFile:

@@ -25,6 +25,20 @@ def _pafs():
     return pyarrow.fs
 
 
+# the URI schemes pyarrow.fs.FileSystem.from_uri knows (pyarrow 17 to 25); anything else fails there, at run time
+SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+def unknown_scheme(uri: str) -> str | None:
+    """Why `uri` names no filesystem Mooring can write to (None: a local path, or a scheme pyarrow.fs knows)."""
+    if "://" not in uri:
+        return None
+    scheme = uri.partition("://")[0].lower()
+    if scheme in SCHEMES:
+        return None
+    return f"no filesystem for {scheme}://; allowed: a local path or a URI of {', '.join(s + '://' for s in SCHEMES)}"
+
+
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" in uri:
         return _pafs().FileSystem.from_uri(uri)

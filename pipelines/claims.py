@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.compare import Comparison, compare
+from tasks.json_data import JsonProblem, parse_json
 
 
 @dataclass
@@ -130,8 +131,31 @@ def saved_comparison(setting_dir: Path) -> Comparison:
     path = setting_dir / "histories.json"
     if not path.exists():
         raise ConfigError(f"--report-only: no saved results at {path}; run the claims first")
-    raw = json.loads(path.read_text())
+    try:
+        raw = parse_json(path.read_bytes())
+    except JsonProblem as e:
+        raise ConfigError(f"--report-only: {path}: {e}; run the claims again to write it") from None
+    problem = not_histories(raw)
+    if problem:
+        raise ConfigError(f"--report-only: {path}: {problem}; run the claims again to write it")
     return Comparison(histories={v: {int(seed): h for seed, h in by_seed.items()} for v, by_seed in raw.items()})
+
+
+def not_histories(raw: object) -> str | None:
+    """Why `raw` is not what compare writes to histories.json (None: it is): {variant: {seed: [round's metrics]}},
+    a round's metrics an object of numbers (or null)."""
+    shape = 'not {"variant": {"seed": [{"metric": number, ...}, ...]}} as mooring compare writes it'
+    if not isinstance(raw, dict) or not all(isinstance(by_seed, dict) for by_seed in raw.values()):
+        return shape
+    for variant, by_seed in raw.items():
+        for seed, history in by_seed.items():
+            if not (seed.isascii() and seed.isdigit()):
+                return f"{variant}: {seed[:40]!r} is not a seed (0, 1, 2, ...)"
+            if not isinstance(history, list) or not all(
+                    isinstance(m, dict) and all(v is None or type(v) in (int, float) for v in m.values())
+                    for m in history):
+                return f"{variant}, seed {seed}: {shape}"
+    return None
 
 
 # --------------------------------------------------------------------------------------- reporting
@@ -250,7 +274,7 @@ def main(args) -> int:
         if cfg.claims is None:
             raise ConfigError(f"{path}: no `claims:` block")
     configs = [apply_budget(cfg, args.budget, path, args.overrides) for cfg, path in zip(configs, paths)]
-    seeds = parse_list(args.seeds, int) or None
+    seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or None
     sections = {}
     for cfg, path in zip(configs, paths):
         comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,

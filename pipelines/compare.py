@@ -411,8 +411,21 @@ def every_method() -> list[str]:
     return [name for name in ALGORITHMS.names() if not ALGORITHMS.get(name).protocol_variant]
 
 
-def parse_list(text: str | None, kind=str) -> list:
-    return [kind(x.strip()) for x in text.split(",") if x.strip()] if text else []
+def parse_list(text: str | None, kind=str, option: str = "", example: str = "fedavg,fedprox") -> list:
+    """The comma-separated values of an option ([] when it is not given). A given option must list something:
+    `--seeds ""` or `--seeds ,` silently meant the config's seed, so an empty item is one ConfigError line."""
+    if text is None:
+        return []
+    items = [x.strip() for x in text.split(",")]
+    try:
+        if all(items):
+            return [kind(x) for x in items]
+    except ValueError:
+        pass
+    from orchestrator.config import ConfigError
+
+    what = "integers" if kind is int else "names"
+    raise ConfigError(f"{option} {text!r}: expected comma-separated {what}, for example {example}")
 
 
 def refuse_duplicates(option: str, text: str | None, values: list) -> None:
@@ -431,16 +444,14 @@ def main(args) -> int:
     from tasks.registry import RegistryError
 
     base = load_config(args.config, args.overrides)
-    names = every_method() if args.all_algorithms else parse_list(args.algorithms) or [base.algorithm.name]
+    names = every_method() if args.all_algorithms else parse_list(args.algorithms, str, "--algorithms") or [
+        base.algorithm.name]
     for name in names:
         try:
             ALGORITHMS.find(name)
         except RegistryError as e:
             raise ConfigError(f"--algorithms: {name}: {e}") from None
-    try:
-        seeds = parse_list(args.seeds, int) or [base.seed]
-    except ValueError:
-        raise ConfigError(f"--seeds {args.seeds!r}: expected comma-separated integers, for example 0,1,2") from None
+    seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or [base.seed]
     refuse_duplicates("--algorithms", args.algorithms, names)
     refuse_duplicates("--seeds", args.seeds, seeds)
     if args.output_json:

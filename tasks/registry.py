@@ -9,8 +9,10 @@ reference is one line saying what is wrong with it, so a config error can list e
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
@@ -40,14 +42,53 @@ def import_reference(reference: str) -> object:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except (ImportError, TypeError) as e:  # TypeError: a relative name (".x") outside a package
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):  # one it imports
+            raise PluginError(import_failure(module_name, e)) from None
         raise PluginError(f"cannot import {module_name} ({e})") from None
+    except TypeError as e:  # a relative name (".x") outside a package
+        raise PluginError(f"cannot import {module_name} ({e})") from None
+    except (Exception, SystemExit) as e:  # the module's own code: a syntax error, any exception, sys.exit()
+        raise PluginError(import_failure(module_name, e)) from None
     obj = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise PluginError(f"{module_name} has no {attribute}")
         obj = getattr(obj, part)
     return obj
+
+
+def import_failure(module_name: str, err: BaseException) -> str:
+    """What importing a module's own code raised, in one line: the exception and the file and line it came from."""
+    text = (str(err.msg) if isinstance(err, SyntaxError) else str(err)).strip().splitlines()
+    where = ""
+    if isinstance(err, SyntaxError) and err.filename:
+        where = f" ({err.filename}, line {err.lineno})"
+    else:
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<frozen ")]
+        # the deepest line of the user's own code (not the environment's libraries), else the deepest of all
+        own = [f for f in frames if not f.filename.startswith((sys.prefix, sys.base_prefix))]
+        if frames:
+            frame = (own or frames)[-1]
+            where = f" ({frame.filename}, line {frame.lineno})"
+    what = f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+    return f"cannot import {module_name}: {what}{where}"
+
+
+def not_a_function_of_one(obj: object, kind: str) -> str | None:
+    """Why `obj` cannot be a function a config names as a `kind` (None: it can): a Python function taking one
+    argument, defined outside the standard library (`os:system`, `builtins:exec` and their like are refused)."""
+    if not inspect.isfunction(obj):
+        return f"not {kind}"
+    module = obj.__module__ or ""
+    name = f"{module}.{obj.__qualname__}"
+    if module.partition(".")[0] in sys.stdlib_module_names:
+        return f"not {kind}: {name} is the standard library's; name a function of your own"
+    try:
+        inspect.signature(obj).bind(None)
+    except TypeError:
+        return f"not {kind}: {name} takes ({', '.join(inspect.signature(obj).parameters)}), not one argument"
+    return None
 
 
 class Registry(Generic[T]):

@@ -4,10 +4,15 @@ existed before is changed. Configs and overrides are generated from the schema: 
 config with wrong types, out-of-range and non-finite numbers, unknown keys, paths into files, /proc and
 outside the run base, and config files that are not UTF-8 or not YAML.
 
-CASES examples run in `make test` (MOORING_PROPERTY_CASES to change it); the README reports the number."""
+The same for the files a config points at (issue 36): availability and system traces and outside modules through
+`config check`, and LEAF files through their loaders (a refusal's exception must be one the CLI reports with exit 2).
+
+CASES examples run in `make test` (MOORING_PROPERTY_CASES to change it), a quarter of that for each kind of file;
+the README reports the numbers."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -101,3 +106,134 @@ def test_any_config_and_overrides_validate_or_fail_in_one_line(overrides, config
         assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert tree_digest(PRE_EXISTING) == before
     assert not Path("pwned").exists()
+
+
+# ------------------------------------------------------- traces, LEAF files and outside modules (issue 36)
+# Files a user hands Mooring besides the config, generated the same way: each is read by `config check` (traces,
+# outside modules) or by its loader (LEAF), and must be accepted, or refused in one line with exit 2.
+FILE_CASES = max(10, CASES // 4)
+FILES = Path(tempfile.mkdtemp(prefix="mooring-property-files-"))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8)
+damaged_documents = st.one_of(
+    st.binary(max_size=30), st.sampled_from(["[" * 100_000, '{"a": ' + "[" * 3000, "", "{", "\ufeff{}", "1" * 5000]))
+trace_numbers = st.one_of(st.integers(-5, 50), st.integers(min_value=10**308, max_value=10**330), st.floats(),
+                          st.booleans(), st.text(max_size=2), st.none())
+client_keys = st.one_of(st.integers(-2, 12).map(str), st.sampled_from(["1" + "0" * 40, "x", "", " 3", "1.5", "٣"]))
+availability_traces = st.one_of(
+    st.dictionaries(client_keys, st.lists(st.lists(trace_numbers, max_size=3), max_size=3), max_size=4).map(json.dumps),
+    json_values.map(json.dumps), damaged_documents)
+system_rows = st.lists(st.tuples(st.one_of(st.integers(-1, 12), st.text(max_size=3)),
+                                 trace_numbers, trace_numbers), max_size=12)
+system_traces = st.one_of(
+    system_rows.map(lambda rows: "client,speed,bandwidth\n" + "".join(f"{c},{s},{b}\n" for c, s, b in rows)),
+    st.sampled_from(["client,speed,bandwidth\n0,1," + "1" * 200_000 + "\n", "client,speed\n0,1\n",
+                     'client,speed,bandwidth\n0,"1\n', "client,speed,bandwidth\n0,1,\x002\n"]),
+    damaged_documents)
+
+
+def write_file(name: str, content: str | bytes) -> Path:
+    path = FILES / name
+    path.write_bytes(content.encode("utf-8", "surrogatepass") if isinstance(content, str) else content)
+    return path
+
+
+def check_one_line_or_valid(code: int, err: str) -> None:
+    assert code in (0, 2), (code, err)
+    assert "Traceback" not in err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+@settings(max_examples=FILE_CASES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                        HealthCheck.function_scoped_fixture])
+@given(availability=st.one_of(st.none(), availability_traces), system=st.one_of(st.none(), system_traces))
+def test_any_participation_trace_is_read_or_refused_in_one_line(availability, system, capsys):
+    overrides = []
+    if availability is not None:
+        overrides += ["participation.availability.kind=trace",
+                      f"participation.availability.trace={write_file('availability.json', availability)}"]
+    if system is not None:
+        overrides.append(f"participation.system.trace={write_file('system.csv', system)}")
+    check_one_line_or_valid(*check(["config", "check", DEFAULT, *[f"--set={o}" for o in overrides]], capsys))
+
+
+pixels = st.sampled_from([[0.5] * 784, [0.5] * 3, "to be ", [[0.5] * 784], None, [2.0] * 784, [float("nan")] * 784,
+                          ["1", "date", "so happy"], []])
+labels = st.one_of(st.integers(-2, 90), st.sampled_from([[1], "a", "ab", 1.0, True, None]))
+user_records = st.one_of(st.fixed_dictionaries({"x": st.lists(pixels, max_size=2), "y": st.lists(labels, max_size=2)}),
+                         json_values)
+user_names = st.one_of(st.sampled_from(["a", "b", "0"]), st.sampled_from([0, ["a"], {"u": 1}, None]))
+
+
+@st.composite
+def leaf_documents(draw) -> str | bytes:
+    """A LEAF file: well formed in parts, its counts, users, records, samples and labels drawn to disagree."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(damaged_documents)
+    users = draw(st.lists(user_names, max_size=3) | json_values)
+    doc = {"users": users,
+           "num_samples": draw(st.lists(st.integers(-1, 3) | st.booleans() | st.floats(0, 3), max_size=3) | json_values),
+           "user_data": draw(st.dictionaries(st.sampled_from(["a", "b", "0"]), user_records, max_size=3) | json_values)}
+    for key in draw(st.lists(st.sampled_from(sorted(doc)), max_size=1)):
+        del doc[key]
+    return json.dumps(doc)
+
+
+@settings(max_examples=FILE_CASES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dataset=st.sampled_from(["femnist", "shakespeare", "sent140"]), train=leaf_documents(),
+       test=st.one_of(leaf_documents(), st.just(None)))
+def test_any_leaf_file_is_loaded_or_refused_in_one_line(dataset, train, test):
+    from types import SimpleNamespace
+
+    from orchestrator.cli import known_errors, report_known_error
+    from tasks.data import leaf
+
+    root = Path(tempfile.mkdtemp(dir=FILES))
+    for split, content in (("train", train), ("test", test or json.dumps(
+            {"users": ["a"], "num_samples": [0], "user_data": {"a": {"x": [], "y": []}}}))):
+        (root / dataset / "data" / split).mkdir(parents=True)
+        path = root / dataset / "data" / split / "part_0.json"
+        path.write_bytes(content.encode("utf-8", "surrogatepass") if isinstance(content, str) else content)
+    opts = SimpleNamespace(root=str(root), text=SimpleNamespace(seq_len=5))
+    try:
+        loaded = getattr(leaf, f"load_leaf_{dataset}")(opts)
+    except known_errors() as e:
+        assert len(str(e).splitlines()) == 1 and str(e).startswith(str(root)), str(e)
+        assert report_known_error(e) == 2
+    else:
+        assert len(loaded.y_train) == len(loaded.owners) and loaded.x_train.shape[0] == len(loaded.y_train)
+
+
+MODULE_BODIES = ["raise RuntimeError('no GPU here')", "raise KeyError('cc')", "def f(:\n    pass", "x = (",
+                 "import sys\nsys.exit(3)", "raise SystemExit('bye')", "import no_such_module_of_mooring_tests",
+                 "def f():\n    return f()\nf()", "1 / 0", "def load(opts):\n    return 1",
+                 "def load(opts, extra):\n    pass", "class load:\n    pass", "load = 3", "load = print",
+                 "from os import system as load", "load = lambda opts: None", "from shutil import rmtree as load",
+                 "from tasks.algorithms.fedavg import FedAvg as load", "from tasks.models.cnn import *"]
+STDLIB_REFERENCES = ["builtins:exec", "builtins:eval", "os:system", "os:popen", "shutil:rmtree", "subprocess:call",
+                     "pickle:loads", "importlib:import_module", "os:path", "os"]
+modules_written = iter(range(10**9))
+
+
+@settings(max_examples=FILE_CASES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                        HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["data.dataset", "data.partition.kind", "algorithm.name", "model.name"]),
+       bodies=st.lists(st.sampled_from(MODULE_BODIES), min_size=1, max_size=2),
+       stdlib=st.one_of(st.none(), st.sampled_from(STDLIB_REFERENCES)))
+def test_any_outside_module_or_reference_is_used_or_refused_in_one_line(key, bodies, stdlib, capsys):
+    import importlib
+    import sys
+
+    name = f"mooring_property_lab_{next(modules_written)}"
+    (FILES / f"{name}.py").write_text("\n".join(bodies) + "\n")
+    importlib.invalidate_caches()
+    sys.path.insert(0, str(FILES))
+    try:
+        reference = stdlib or f"{name}:load"
+        check_one_line_or_valid(*check(["config", "check", DEFAULT, f"--set={key}={reference}"], capsys))
+    finally:
+        sys.path.remove(str(FILES))

@@ -117,6 +117,19 @@ def test_a_variant_or_seed_given_twice_is_refused_in_one_line(capsys, option, va
                                               "each once"]  # before Ray: the address is never tried
 
 
+@pytest.mark.parametrize("option, value, expected", [
+    ("--seeds", "", "integers, for example 0,1,2"), ("--seeds", ",", "integers, for example 0,1,2"),
+    ("--seeds", "0,,1", "integers, for example 0,1,2"), ("--seeds", "0,x", "integers, for example 0,1,2"),
+    ("--algorithms", " , ", "names, for example fedavg,fedprox"),
+])
+def test_an_empty_or_bad_list_is_refused_not_read_as_the_config_s(capsys, option, value, expected):
+    from orchestrator.cli import main
+
+    assert main(["compare", "configs/default.yaml", option, value, "--address", "127.0.0.1:1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [f"error: {option} {value!r}: expected comma-separated {expected}"]
+
+
 @pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: fedavg, "),
                                            ("no_such_lab.method:MyProx", "cannot import no_such_lab.method")])
 def test_an_algorithm_that_names_nothing_usable_is_refused_in_one_line(capsys, name, problem):

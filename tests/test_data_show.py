@@ -60,3 +60,17 @@ def test_rows_must_be_a_number_or_all(tmp_path):
                           "--rows", "many"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--rows: 'many': expected a number of clients or 'all'" in out.stderr
+
+
+def test_png_is_written_where_the_line_says_and_a_directory_is_refused(tmp_path, capsys):
+    from orchestrator import cli
+
+    sets = ["--set", f"data.partitions_dir={tmp_path / 'p'}"]
+    assert cli.main(["data", "show", "configs/default.yaml", *sets, "--png", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --png {tmp_path}: a directory; give the path of a file to write the result to"]
+    assert not (tmp_path / "p").exists() and not tmp_path.with_suffix(".png").exists()  # refused before the data
+    bare = tmp_path / "hist"
+    assert cli.main(["data", "show", "configs/default.yaml", *sets, "--png", str(bare)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"saved {bare}"
+    assert bare.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not bare.with_suffix(".png").exists()

@@ -47,6 +47,69 @@ def test_an_output_directory_that_cannot_be_written_is_one_line(key, value, prob
         check_output_dirs(cfg)
 
 
+@pytest.mark.parametrize("key", ["checkpoint.dir", "data.partitions_dir"])
+def test_an_output_uri_of_no_known_filesystem_is_refused_by_the_config(key):
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/default.yaml", [f"{key}=xyz://bucket/runs"])
+    assert str(e.value) == (f"configs/default.yaml: {key} = 'xyz://bucket/runs': no filesystem for xyz://; allowed: "
+                            "a local path or a URI of file://, s3://, gs://, gcs://, hdfs://, viewfs://, abfs://, abfss://")
+    assert load_config("configs/default.yaml", [f"{key}=s3://bucket/runs"])  # known: checked when it is written
+
+
+# ------------------------------------------------------------------ a run directory's records on resume
+@pytest.mark.parametrize("name, content, problem", [
+    ("run.json", b'{"mlflow_run_id": "ab', "not JSON (line 1: Unterminated string starting at)"),
+    ("run.json", b"[1]", "not a JSON object"),
+    ("run.json", b"[" * 100_000, "nested more than about"),
+    ("metrics.jsonl", b'{"round": 1}\n{"round": 2, "acc\n', "line 2: not JSON (line 1: "),
+    ("metrics.jsonl", b'{"round": 1}\n\n7\n', "line 3: not a round's metrics (an object with its round)"),
+])
+def test_a_damaged_run_record_is_one_line_before_a_resume_starts(tmp_path, capsys, name, content, problem):
+    from orchestrator import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy("configs/default.yaml", run / "config.yaml")
+    (run / name).write_bytes(content)
+    assert cli.main(["run", "--resume", str(run)]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {run / name}: {problem}"), line
+    assert (run / name).read_bytes() == content
+
+
+def test_a_config_given_beside_resume_is_refused_not_ignored(tmp_path, capsys):
+    from orchestrator import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy("configs/default.yaml", run / "config.yaml")
+    assert cli.main(["run", "configs/privacy_digits.yaml", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: mooring run configs/privacy_digits.yaml --resume {run}: a resume continues the run with its own "
+        f"config ({run}/config.yaml); give no CONFIG (change what may change with --set)"]
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"fedavg": {"0": [{"round": 1, "accuracy": 0.5}', "not JSON (line 1: Expecting ',' delimiter)"),
+    (b"[" * 100_000, "nested more than about"),
+    (b'{"fedavg": [1]}', 'not {"variant": {"seed": [{"metric": number, ...}, ...]}} as mooring compare writes it'),
+    (b'{"fedavg": {"x": []}}', "fedavg: 'x' is not a seed (0, 1, 2, ...)"),
+    (b'{"fedavg": {"0": [{"accuracy": "high"}]}}', "fedavg, seed 0: not {"),
+])
+def test_damaged_saved_histories_are_one_line_for_claims_report_only(tmp_path, content, problem):
+    from pipelines.claims import saved_comparison
+
+    (tmp_path / "histories.json").write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        saved_comparison(tmp_path)
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"--report-only: {tmp_path / 'histories.json'}: {problem}"), line
+    assert line.endswith("; run the claims again to write it")
+    (tmp_path / "histories.json").write_text('{"fedavg": {"0": [{"round": 1, "accuracy": 0.5}]}}')
+    assert saved_comparison(tmp_path).values("fedavg", "accuracy:final") == {0: 0.5}
+
+
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
     from orchestrator.datasets import prepare_data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -381,3 +382,30 @@ def test_buffered_aggregation_refuses_methods_it_cannot_run(workdir):
         load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "algorithm.name=fedfa"])
     with pytest.raises(ConfigError, match="local does not aggregate"):
         load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "algorithm.name=local"])
+
+
+# -------------------------------------------------------------------- traces refused in one line (issue 36)
+@pytest.mark.parametrize("content, message", [
+    ('{"0": [[0, 1' + "0" * 400 + ']]}', "client 0: expected a list of \\[start, end\\] pairs of finite numbers"),
+    ("[" * 100_000 + "]" * 100_000, "nested more than"),
+    ("{}", "lists no client"),
+    ('{"8": [[0, 1]]}', "client 8 is not in the federation \\(data.num_clients = 8: clients 0 .. 7\\)"),
+    ('{"0": [[0, 1]], "1' + "0" * 30 + '": [[0, 1]]}', "client 1" + "0" * 30 + " is not in the federation"),
+])
+def test_an_availability_trace_out_of_range_or_too_deep_or_empty_is_one_line(workdir, tmp_path, content, message):
+    trace = tmp_path / "avail.json"
+    trace.write_text(content)
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/default.yaml", TINY + workdir + ["participation.availability.kind=trace",
+                                                              f"participation.availability.trace={trace}"])
+    [line] = str(e.value).splitlines()
+    assert re.search(f"participation.availability.trace = '{trace}': {message}", line), line
+
+
+def test_a_system_trace_with_a_field_over_the_csv_limit_is_one_line(workdir, tmp_path):
+    trace = tmp_path / "system.csv"
+    trace.write_text("client,speed,bandwidth\n0,1," + "1" * 200_000 + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_config("configs/default.yaml", TINY + workdir + [f"participation.system.trace={trace}"])
+    [line] = str(e.value).splitlines()
+    assert f"participation.system.trace = '{trace}': not CSV (field larger than field limit" in line, line

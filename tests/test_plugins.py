@@ -185,14 +185,29 @@ def test_mooring_new_method_writes_the_documented_method_and_a_test_of_its_loss_
         "nothing was written"]
 
 
-@pytest.mark.parametrize("name, problem", [("fedavg", "fedavg is a built-in method's name; choose another"),
-                                           ("2nd", "a method's name is a Python identifier (letters, digits, _)")])
+@pytest.mark.parametrize("name, problem", [
+    ("fedavg", "fedavg is a built-in method's name; choose another"),
+    ("2nd", "a method's name is a Python identifier (letters, digits, _)"),
+    # issue 36: `class (Algorithm):`, and modules the method file would shadow
+    ("_", "its class would be named '', which is not a Python class name; use letters and digits with _ between "
+          "words (my_prox → MyProx)"),
+    ("_2", "its class would be named '2', which is not a Python class name; use letters and digits with _ between "
+           "words (my_prox → MyProx)"),
+    ("none", "its class would be named 'None', which is not a Python class name; use letters and digits with _ "
+             "between words (my_prox → MyProx)"),
+    ("random", "random is a standard library module; random.py would shadow it wherever it is imported from; "
+               "choose another"),
+    ("os", "os is a standard library module; os.py would shadow it wherever it is imported from; choose another"),
+    ("torch", "torch is an installed module ("),
+    ("tasks", "tasks is an installed module ("),
+])
 def test_a_new_method_s_name_is_checked_in_one_line(tmp_path, capsys, name, problem):
     from orchestrator import cli
 
     assert cli.main(["new", "method", name, "--dir", str(tmp_path)]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: mooring new method ") and line.endswith(problem)
+    assert line.startswith("error: mooring new method ") and (line.endswith(problem) or problem.endswith("(")
+                                                                and problem in line), line
     assert not any(tmp_path.iterdir())
 
 
@@ -323,3 +338,50 @@ def test_a_round_failing_inside_a_call_of_several_keeps_the_rounds_before_it_and
     rounds = [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rounds == [1, 2, 3, 4]
     assert checkpoint_rounds(str(run_dir)) == []
+
+
+# ------------------------------------------- references that are not what they name, or whose module fails (issue 36)
+@pytest.mark.parametrize("key, value, problem", [
+    ("data.dataset", "builtins:exec", "not a dataset loader (a function (data options) -> ArrayDataset)"),
+    ("data.dataset", "os:popen", "not a dataset loader (a function (data options) -> ArrayDataset): os.popen is the "
+     "standard library's; name a function of your own"),
+    ("data.dataset", "my_lab.parts:Wide", "not a dataset loader (a function (data options) -> ArrayDataset)"),
+    ("data.partition.kind", "os:system", "not a function (a partition kind is a function (SplitRequest) -> one "
+     "index array per client)"),
+    ("data.partition.kind", "shutil:rmtree", "shutil.rmtree is the standard library's"),
+    ("data.partition.kind", "my_lab.splits:two_arguments", "my_lab.splits.two_arguments takes (request, extra), "
+     "not one argument"),
+])
+def test_a_reference_to_the_wrong_kind_of_function_is_refused_at_config_time(splits, key, value, problem):
+    (splits / "my_lab" / "splits.py").write_text(SPLITS.lstrip() + "\n\ndef two_arguments(request, extra):\n"
+                                                 "    return []\n")
+    with working_directory(splits), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", [f"{key}={value}"])
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"lab.yaml: {key} = '{value}': ") and problem in line, line
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("x = 1\nraise RuntimeError('no GPU here')\n", "cannot import my_lab.broken: RuntimeError: no GPU here "
+     "(my_lab/broken.py, line 2)"),
+    ("def f(:\n    pass\n", "cannot import my_lab.broken: SyntaxError: invalid syntax (my_lab/broken.py, line 1)"),
+    ("import sys\nsys.exit(3)\n", "cannot import my_lab.broken: SystemExit: 3 (my_lab/broken.py, line 2)"),
+    ("import my_lab.not_there\n", "cannot import my_lab.broken: ModuleNotFoundError: No module named "
+     "'my_lab.not_there' (my_lab/broken.py, line 1)"),
+])
+def test_an_outside_module_that_fails_on_import_is_one_line_naming_it_the_exception_and_its_line(
+        lab, source, problem):
+    (lab / "my_lab" / "broken.py").write_text(source)
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", ["algorithm.name=my_lab.broken:Method"])
+    [line] = str(e.value).splitlines()
+    assert line.replace(str(lab) + "/", "") == f"lab.yaml: algorithm.name = 'my_lab.broken:Method': {problem}", line
+
+
+def test_an_import_failing_inside_a_library_names_the_line_of_one_s_own_module(lab):
+    (lab / "my_lab" / "broken.py").write_text("import json\n\nSETTINGS = json.loads('{not json')\n")
+    with working_directory(lab), pytest.raises(ConfigError) as e:
+        load_config("lab.yaml", ["data.dataset=my_lab.broken:load"])
+    assert str(e.value).replace(str(lab) + "/", "").endswith(
+        "cannot import my_lab.broken: JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1) (my_lab/broken.py, line 3)")

@@ -188,11 +188,30 @@ def test_clipping_at_an_unreachable_bound_without_noise_changes_no_bit_of_the_pr
      "the privacy accountant assumes clients_per_round sampled uniformly without replacement"),
     (["participation.deadline=2", "privacy.models.clip=1"],
      "the privacy accountant assumes clients_per_round sampled uniformly without replacement"),
+    # issue 36: an OverflowError in round 1, a ZeroDivisionError, and ε silently left out
+    (["privacy.models.clip=1", "privacy.models.noise_multiplier=1e160"],
+     "privacy.models.noise_multiplier = '1e160': 0 (no noise) or from 0.001 to 10000"),
+    (["algorithm.name=fedproto", "privacy.stats.clip=1", "privacy.stats.noise_multiplier=1e-300"],
+     "privacy.stats.noise_multiplier = '1e-300': 0 (no noise) or from 0.001 to 10000"),
+    (["privacy.models.clip=1", "privacy.models.noise_multiplier=1e-300"],
+     "privacy.models.noise_multiplier = '1e-300': 0 (no noise) or from 0.001 to 10000"),
+    (["privacy.models.clip=1", "privacy.models.local_noise_multiplier=20000"],
+     "privacy.models.local_noise_multiplier = 20000: 0 (no noise) or from 0.001 to 10000"),
+    (["privacy.models.clip=1", "privacy.models.noise_multiplier=1", "privacy.models.adaptive.count_noise_multiplier=1e5"],
+     "privacy.models.adaptive.count_noise_multiplier = '1e5': 0 (no noise) or from 0.001 to 10000"),
 ])
 def test_bad_privacy_settings_are_one_line(overrides, expected):
     with pytest.raises(ConfigError) as err:
         load_config("configs/default.yaml", overrides)
     assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_accountant_gives_a_finite_positive_epsilon_at_both_ends_of_the_allowed_noise():
+    from tasks.privacy.settings import NOISE_RANGE
+
+    for z in NOISE_RANGE:
+        for epsilon in (model_epsilon(z, 10, 5, 3, 1e-5), stats_epsilon(z, 3, 1e-5)):
+            assert 0 < epsilon < math.inf
 
 
 # ------------------------------------------------------------------------------------------ reporting

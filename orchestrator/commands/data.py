@@ -94,6 +94,10 @@ def main(args) -> int:
     from orchestrator.datasets import prepare_data
 
     cfg = load_config(args.config, args.overrides)
+    if args.png:
+        from orchestrator.commands.common import check_output_file
+
+        check_output_file(args.png, "--png")  # a directory would become DIR.png, and the line would name DIR
     data = prepare_data(cfg)
     print(partition_summary(cfg, data, args.rows))
     if args.png:

@@ -50,7 +50,8 @@ def test_the_loss_is_cross_entropy_plus_half_mu_times_the_squared_distance_to_th
 def configure(parser) -> None:
     sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
     method = sub.add_parser("method", help="write NAME.py (a method to fill in) and test_NAME.py")
-    method.add_argument("name", help="the method's name: a Python identifier, not a built-in method's")
+    method.add_argument("name", help="the method's name: a Python identifier (my_prox, class MyProx), not a built-in "
+                        "method's nor a module's that it would shadow (random, os, torch)")
     method.add_argument("--dir", default=".", help="where to write the two files (default: here)")
 
 
@@ -60,21 +61,44 @@ def method_files(name: str) -> dict[str, str]:
     return {f"{name}.py": METHOD.format(**values), f"test_{name}.py": TEST.format(**values)}
 
 
-def check_name(name: str) -> None:
+def check_name(name: str, directory: Path) -> None:
+    """NAME must make a module and a class: a Python identifier whose class name (my_prox → MyProx) is one too,
+    and not the name of a module that `import NAME` would otherwise find (random, os, torch, tasks)."""
     from orchestrator.config import ConfigError
     from tasks.algorithms import ALGORITHMS
 
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ConfigError(f"mooring new method {name!r}: a method's name is a Python identifier (letters, digits, _)")
+    cls = method_class(name)
+    if not cls.isidentifier() or keyword.iskeyword(cls):
+        raise ConfigError(f"mooring new method {name!r}: its class would be named {cls!r}, which is not a Python class "
+                          "name; use letters and digits with _ between words (my_prox → MyProx)")
     if name in ALGORITHMS:
         raise ConfigError(f"mooring new method {name}: {name} is a built-in method's name; choose another")
+    whose = shadowed_module(name, directory)
+    if whose:
+        raise ConfigError(f"mooring new method {name}: {name} is {whose}; {name}.py would shadow it wherever it is "
+                          "imported from; choose another")
+
+
+def shadowed_module(name: str, directory: Path) -> str | None:
+    """Whose module `name` already names (None: nobody's, or only a file in `directory` itself)."""
+    import importlib.util
+    import sys
+
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return "a standard library module"
+    spec = importlib.util.find_spec(name)
+    if spec is None or (spec.origin and Path(spec.origin).resolve().parent == directory.resolve()):
+        return None
+    return f"an installed module ({spec.origin or spec.name})"
 
 
 def main(args) -> int:
     from orchestrator.config import ConfigError
 
-    check_name(args.name)
     directory = Path(args.dir)
+    check_name(args.name, directory)
     files = method_files(args.name)
     existing = [str(directory / f) for f in files if (directory / f).exists()]
     if existing:

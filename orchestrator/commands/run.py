@@ -1,5 +1,5 @@
-"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--resume RUN_DIR [--from-round N]]
-[--profile]`."""
+"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--profile]`, or
+`mooring run --resume RUN_DIR [--from-round N] [--set k=v ...]` (the run's own config; a CONFIG beside it is refused)."""
 from __future__ import annotations
 
 import json
@@ -41,16 +41,14 @@ def main(args) -> int:
     from orchestrator.run import run_experiment
     from orchestrator.tracking import resolve_uri
 
-    if args.from_round is not None and not args.resume:
-        from orchestrator.config import ConfigError
-
-        raise ConfigError("--from-round N needs --resume RUN_DIR")
+    check_resume_args(args)
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:
-        from orchestrator.run_dir import verified_checkpoint
+        from orchestrator.run_dir import RunLog, verified_checkpoint
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
+        RunLog(args.resume).check_records()  # and a damaged run.json or metrics.jsonl
     ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
     try:
         cfg, data, before_run = config_and_ray(args, ray_started_here)
@@ -69,6 +67,18 @@ def main(args) -> int:
     if ray_started_here:
         exit_without_ray_shutdown()
     return 0
+
+
+def check_resume_args(args) -> None:
+    """--from-round only with --resume; and a resume reads the run's own config, so a CONFIG beside --resume (which
+    would be ignored) is refused rather than silently dropped."""
+    from orchestrator.config import ConfigError
+
+    if args.from_round is not None and not args.resume:
+        raise ConfigError("--from-round N needs --resume RUN_DIR")
+    if args.resume and args.config is not None:
+        raise ConfigError(f"mooring run {args.config} --resume {args.resume}: a resume continues the run with its own "
+                          f"config ({args.resume}/config.yaml); give no CONFIG (change what may change with --set)")
 
 
 def config_and_ray(args, start_ray: bool):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.registry import Registry
+from tasks.registry import Registry, not_a_function_of_one
 
 
 @dataclass
@@ -40,9 +40,13 @@ class DataFileError(Exception):
     """A dataset file is there but is not what its format says; the message names the file and the problem."""
 
 
+def not_a_loader(obj: object) -> str | None:
+    """Why `obj`, found outside Mooring, cannot be a dataset loader (None: it can)."""
+    return not_a_function_of_one(obj, "a dataset loader (a function (data options) -> ArrayDataset)")
+
+
 # A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/config.py DataConfig.
-DATASETS: Registry = Registry("dataset", "mooring.datasets",
-                              lambda obj: None if callable(obj) else "not a loader (a function of the data options)")
+DATASETS: Registry = Registry("dataset", "mooring.datasets", not_a_loader)
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

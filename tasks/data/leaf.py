@@ -10,13 +10,13 @@ client (`data.partition.kind: natural`); a user's test samples go to the global 
   as its first `data.text.seq_len` characters (LEAF's reference model embeds words with GloVe, which needs a
   download; this reads the same files with the character model).
 
-Files are read as data (json), each checked as it is read: a file that is not JSON (truncated, damaged), lacks a
-key, or whose sample counts, shapes or labels do not match is refused in one line naming it. LEAF's files come
+Files are read as data (json), each checked as it is read: a file that is not JSON (truncated, damaged, nested too
+deep), lacks a key, gives a user of its split a second time, or whose sample counts, shapes or labels do not match is
+refused in one line naming it. A user with no samples in a split (num_samples 0) is read as one with none. LEAF's files come
 from its own preprocessing of the raw sets, not from a download, so `data.download` does not apply.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,18 +26,21 @@ import numpy as np
 
 from tasks.data.datasets import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
 from tasks.data.text import LETTERS, VOCAB_SIZE, encode_fixed
+from tasks.json_data import JsonProblem, parse_json
 
 FEMNIST_CLASSES, FEMNIST_PIXELS = 62, 28 * 28
 
 
 @dataclass
 class Users:
-    """Samples of one split, user by user; `ids` maps a user's name to its owner id across both splits."""
+    """Samples of one split, user by user; `ids` maps a user's name to its owner id across both splits, `files`
+    the file of the split that gave each user (a user's samples of a split are in one file, once)."""
 
     ids: dict[str, int]
     x: list[np.ndarray] = field(default_factory=list)
     y: list[np.ndarray] = field(default_factory=list)
     owner: list[np.ndarray] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
 
 
 def split_files(root: Path, name: str, split: str) -> list[Path]:
@@ -51,15 +54,20 @@ def split_files(root: Path, name: str, split: str) -> list[Path]:
 
 def read_json(path: Path) -> dict:
     try:
-        doc = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataFileError(f"{path}: not a LEAF JSON file (truncated or damaged: {str(e).splitlines()[0]})") from None
+        doc = parse_json(path.read_bytes())
+    except JsonProblem as e:
+        raise DataFileError(f"{path}: not a LEAF JSON file (truncated or damaged: {e})") from None
     if not isinstance(doc, dict) or not all(key in doc for key in ("users", "num_samples", "user_data")):
         raise DataFileError(f"{path}: not a LEAF JSON file: it needs the keys users, num_samples and user_data")
     if not isinstance(doc["users"], list) or not isinstance(doc["user_data"], dict):
         raise DataFileError(f"{path}: users must be a list and user_data a mapping")
-    if len(doc["num_samples"]) != len(doc["users"]):
-        raise DataFileError(f"{path}: {len(doc['num_samples'])} num_samples for {len(doc['users'])} users")
+    if not all(isinstance(user, str) for user in doc["users"]):
+        raise DataFileError(f"{path}: users must be a list of names (strings)")
+    counts = doc["num_samples"]
+    if not isinstance(counts, list) or not all(type(n) is int and n >= 0 for n in counts):
+        raise DataFileError(f"{path}: num_samples must be a list of sample counts (0, 1, 2, ...), one per user")
+    if len(counts) != len(doc["users"]):
+        raise DataFileError(f"{path}: {len(counts)} num_samples for {len(doc['users'])} users")
     return doc
 
 
@@ -67,29 +75,38 @@ def read_users(path: Path, users: Users, parse: Callable[[Path, str, list, list]
     """Every user of one file into `users`, its x and y parsed by `parse` (which raises DataFileError)."""
     doc = read_json(path)
     for user, count in zip(doc["users"], doc["num_samples"]):
+        claim_user(path, user, users.files)
         record = doc["user_data"].get(user)
         if not isinstance(record, dict) or not isinstance(record.get("x"), list) or not isinstance(record.get("y"), list):
             raise DataFileError(f"{path}: user {user!r} has no x and y lists in user_data")
         if not len(record["x"]) == len(record["y"]) == count:
             raise DataFileError(f"{path}: user {user!r}: num_samples says {count}, x has {len(record['x'])} and "
                                 f"y {len(record['y'])}")
-        x, y = parse(path, str(user), record["x"], record["y"])
-        owner = users.ids.setdefault(str(user), len(users.ids))
+        x, y = parse(path, user, record["x"], record["y"])
+        owner = users.ids.setdefault(user, len(users.ids))
         users.x.append(x)
         users.y.append(y)
         users.owner.append(np.full(len(y), owner, dtype=np.int64))
 
 
+def claim_user(path: Path, user: str, files: dict[str, Path]) -> None:
+    """Record that `path` gives `user`'s samples of its split; a second time is refused (it would double them)."""
+    if user in files:
+        where = "is listed twice" if files[user] == path else f"is already in {files[user]}"
+        raise DataFileError(f"{path}: user {user!r} {where}; a user's samples of a split are in one place")
+    files[user] = path
+
+
 def checked_labels(path: Path, user: str, y: list, num_classes: int) -> np.ndarray:
-    labels = np.asarray(y)
-    if labels.dtype.kind not in "iu" or (len(labels) and (labels.min() < 0 or labels.max() >= num_classes)):
-        raise DataFileError(f"{path}: user {user!r}: labels must be integers 0..{num_classes - 1}")
+    labels = np.asarray(y) if all(type(label) is int for label in y) else None
+    if labels is None or (len(labels) and (labels.min() < 0 or labels.max() >= num_classes)):
+        raise DataFileError(f"{path}: user {user!r}: labels must be integers 0..{num_classes - 1}, one per sample")
     return labels.astype(np.int64)
 
 
 def femnist_samples(path: Path, user: str, x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
     try:
-        pixels = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+        pixels = np.asarray(x, dtype=np.float32).reshape(len(x), -1 if x else FEMNIST_PIXELS)
     except (ValueError, TypeError):
         pixels = None
     if pixels is None or (len(x) and pixels.shape[1] != FEMNIST_PIXELS):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.registry import Registry, is_reference
+from tasks.registry import Registry, is_reference, not_a_function_of_one
 
 BUILT_IN_KINDS = ("iid", "dirichlet", "dirichlet_equal", "shards", "natural")
 
@@ -38,9 +38,8 @@ PartitionFn = Callable[[SplitRequest], Sequence[Any]]  # -> one array of sample 
 
 def not_a_split(obj: object) -> str | None:
     """Why `obj`, found outside Mooring, cannot be a partition kind (None: it can)."""
-    if isinstance(obj, type) or not callable(obj):
-        return "not a function (a partition kind is a function (SplitRequest) -> one index array per client)"
-    return None
+    return not_a_function_of_one(obj, "a function (a partition kind is a function (SplitRequest) -> one index "
+                                      "array per client)")
 
 
 PARTITIONS: Registry[PartitionFn] = Registry("partition kind", "mooring.partitions", not_a_split,

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 # the metrics that carry the ε reached: models (client-level), class statistics (sample-level); here, in a module
 # without torch, so that a run's summary (orchestrator/results.py) imports no torch before Ray starts
 EPSILON_KEYS = ("dp_epsilon", "dp_epsilon_stats")
+# a noise multiplier other than 0 lies in this range (docs/privacy.md, "The range of noise"): below it ε exceeds 10⁸
+# and from about 1e-162 the accountant's σ² is 0 (ε lost, or a ZeroDivisionError); above it the accountant takes
+# more than half a second a round, its ε reads 0 from about 1e7, and σ² overflows from about 1.3e154
+NOISE_RANGE = (1e-3, 1e4)
 
 
 @dataclass(frozen=True)

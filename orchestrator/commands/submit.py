@@ -60,7 +60,7 @@ def main(args) -> int:
             problems.append(f"--resume {resume!r}")
         cluster.refuse_local_paths(problems)
 
-    api = cluster.JobsAPI(args.address, args.token_file)
+    api = cluster.JobsAPI(args.address, args.token_file, args.allow_plain_http)
     job_id = api.submit(args.pipeline, pipeline_args, root)
     print(job_id, flush=True)
     hint = f"mooring jobs {{}} {job_id} --address {api.url}"

@@ -86,7 +86,7 @@ class IntParam(_Range):
     grid: list[int] | None = Field(None, min_length=1)
 
     def grid_count(self, points: int) -> int:
-        return len(self.grid) if self.grid is not None else len(range(self.low, self.high + 1, self.step))
+        return len(self.grid) if self.grid is not None else (self.high - self.low) // self.step + 1  # low < high
 
     def grid_values(self, points: int) -> list[int]:
         if self.grid is not None:

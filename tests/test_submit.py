@@ -320,3 +320,18 @@ def test_allow_local_paths_points_the_job_at_this_checkout(tmp_path):
         ["--storage", f"sqlite:///{tmp_path}/optuna.db"]  # shared locations are left as they are
     assert "ray stop" in subprocess.run([sys.executable, "-m", "orchestrator.cli", "jobs", "--help"],
                                         capture_output=True, text=True, cwd=ROOT).stdout
+
+
+def test_a_sweep_s_study_name_is_checked_as_the_job_will_use_it(tmp_path):
+    """A sweep file whose name has a space is refused (its trials could not be named) unless --study names the
+    study, as the job's own `mooring sweep` will."""
+    import yaml
+
+    from orchestrator.commands.submit import job_targets, parse_pipeline_args
+    from orchestrator.config import ConfigError
+
+    path = tmp_path / "my sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "default.yaml"), "algorithm": "fedprox"}))
+    with pytest.raises(ConfigError, match="the file's name"):
+        job_targets("sweep", parse_pipeline_args("sweep", [str(path)]))
+    assert job_targets("sweep", parse_pipeline_args("sweep", [str(path), "--study", "mine"]))[0] == str(path)

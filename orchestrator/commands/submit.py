@@ -106,7 +106,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
     if pipeline == "sweep":
         from pipelines.sweep_file import load_sweep
 
-        sweep = load_sweep(parsed.sweep, overrides=parsed.overrides)
+        sweep = load_sweep(parsed.sweep, overrides=parsed.overrides, study=parsed.study)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage
     from orchestrator.run_dir import load_config_for_run
 

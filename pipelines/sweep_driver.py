@@ -237,10 +237,10 @@ class Driver:
         running = len(self.pending)
         self.abandon_pending()
         c = self.counts()
-        requeued = f"; the {running} running failed and enqueued again" if running else ""
+        requeued = f"; {running} running {'trial was' if running == 1 else 'trials were'} failed and enqueued again"
         return RunInterrupted(f"sweep {self.sweep.study_name} stopped: {c['complete']} complete and {c['pruned']} "
-                              f"pruned trials kept in {redacted(self.sweep.storage_url)}{requeued}; run the same "
-                              "command to resume", signum)
+                              f"pruned trials kept in {redacted(self.sweep.storage_url)}{requeued if running else ''}; "
+                              "run the same command to resume", signum)
 
     def abandon_pending(self) -> None:
         """Stopped (Ctrl-C, an error): what was running fails now and is enqueued again for the next driver."""

@@ -263,7 +263,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_saying_what_was_kept_and_a_rerun_resu
     assert rc == 143, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert re.fullmatch(r"interrupted: sweep termed stopped: 1 complete and 0 pruned trials kept in sqlite:///\S+"
-                        r"(; the 1 running failed and enqueued again)?; run the same command to resume", last), last
+                        r"(; 1 running trial was failed and enqueued again)?; run the same command to resume", last), last
     for sign in ("Aborted", "SIGABRT", "Traceback", "*** ", "Stack trace"):
         assert sign not in err, err[-3000:]
     kept = {t.number: t.value for t in load_study(path, "termed").trials if t.state.name == "COMPLETE"}

@@ -46,15 +46,26 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=None, metavar="PATH",
                         help="file holding the cluster's authentication token (default: RAY_AUTH_TOKEN, "
                              "RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token)")
+    parser.add_argument("--allow-plain-http", action="store_true",
+                        help="send the token and the job over plain http to another machine (refused by default: "
+                             "use an SSH tunnel or `kubectl port-forward` to 127.0.0.1, or https)")
 
 
-def dashboard_address(address: str | None) -> str:
+def dashboard_address(address: str | None, allow_plain_http: bool = False) -> str:
+    """The dashboard's URL; plain http is refused unless it stays on this machine or `allow_plain_http`: the
+    token (by default ~/.ray/auth_token) and the job would cross the network readable and alterable."""
+    from orchestrator.ray_start import is_loopback
+
     address = address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
     if "://" not in address:
         address = f"http://{address}"
     parsed = urlparse(address)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise failure(f"--address {address}: expected the dashboard's URL, for example {DEFAULT_ADDRESS}")
+    if parsed.scheme == "http" and not is_loopback(address) and not allow_plain_http:
+        raise failure(f"--address {address}: plain http to another machine would send the cluster's token and the "
+                      "job unencrypted; reach the dashboard through an SSH tunnel or `kubectl port-forward` at "
+                      "http://127.0.0.1:8265, or over https, or pass --allow-plain-http on a network you trust")
     return address.rstrip("/")
 
 
@@ -85,11 +96,11 @@ class JobsAPI:
     """A cluster's Jobs API (ray.job_submission.JobSubmissionClient), sending the token when there is one.
     Every failure, from an unreachable address to a refused token, comes out as one line."""
 
-    def __init__(self, address: str | None, token_file: str | None):
+    def __init__(self, address: str | None, token_file: str | None, allow_plain_http: bool = False):
         from orchestrator.ray_start import check_address
         from orchestrator.run_errors import RunError
 
-        self.url = dashboard_address(address)
+        self.url = dashboard_address(address, allow_plain_http)
         parsed = urlparse(self.url)
         try:
             check_address(f"{parsed.hostname}:{parsed.port or 8265}")
@@ -172,9 +183,26 @@ def quiet_ray_logging() -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
+# what a server sends is shown only as plain text: escape sequences (CSI, OSC, and ESC with one character) and
+# every other control or format character go, and the length is capped
+ESCAPE_SEQUENCE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-_])|\x9b[0-?]*[ -/]*[@-~]")
+SHOWN_CHARS = 300
+
+
+def printable(text: object, limit: int = SHOWN_CHARS) -> str:
+    """`text` from a server, safe to print: no escape sequence nor control character (a line break or tab
+    becomes a space), at most `limit` characters."""
+    import unicodedata
+
+    plain = ESCAPE_SEQUENCE.sub("", str(text))
+    plain = "".join(" " if c in "\t\n\r" else c for c in plain if c in "\t\n\r" or unicodedata.category(c)[0] != "C")
+    return plain if len(plain) <= limit else plain[: limit - 1] + "…"
+
+
 def first_line(text: object) -> str:
+    """The first line of a server's message, printable (see `printable`)."""
     lines = str(text).strip().splitlines()
-    return lines[0].rstrip(".") if lines else ""
+    return printable(lines[0]).rstrip(".") if lines else ""
 
 
 # ------------------------------------------------------------------------------------ what a job runs

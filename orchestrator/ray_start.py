@@ -1,6 +1,7 @@
 """Connecting to a Ray cluster, or starting a local instance: checked in one line, actors at normal priority."""
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -60,8 +61,12 @@ def init_ray(**kwargs) -> None:
 
 
 def is_loopback(address: str) -> bool:
+    """Whether an address (HOST:PORT or a URL) names this machine by a loopback IP or `localhost` (never resolved)."""
     host = urlparse(address if "://" in address else f"ray://{address}").hostname or ""
-    return host == "localhost" or host.startswith("127.")
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 def ensure_ray(address: str | None = None) -> None:

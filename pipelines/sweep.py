@@ -10,7 +10,9 @@
       └─ at the end, on the parent run: best parameters, trials.csv, Optuna's plots, the best config as YAML
 
 A trial that diverges (a NaN or infinite loss) is pruned, so the sampler learns to avoid its region; one
-that raises is failed. Neither stops the sweep. Trials that fail do not count towards n_trials.
+that raises is failed. Neither stops the sweep. Trials that fail do not count towards n_trials; once max_failures
+of them have failed the sweep stops (exit 1). SIGINT or SIGTERM stops it too (exit 130 or 143), saying what the
+study keeps; the same command resumes it.
 
 By concern: sweep_config.py (the file's schema), sweep_file.py (a sweep file made ready: base, search space,
 storage), sweep_optuna.py (storage, sampler, pruner, study), sweep_trial.py (one trial as a Ray task),
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from orchestrator import storage
 from orchestrator.run_errors import RunError
+from orchestrator.signals import RunInterrupted, StopSignals
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
 from pipelines.sweep_objective import shown
@@ -35,6 +38,15 @@ from pipelines.trial_store import TrialStore
 
 # ------------------------------------------------------------------------------------------ pipeline
 def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepResult:
+    """The sweep, SIGINT and SIGTERM recorded from the start: the driver stops at its next look, the trials
+    running failed and enqueued again, and RunInterrupted says what the study keeps (a second signal interrupts
+    at once)."""
+    with StopSignals() as stop:
+        stop.in_rounds = True
+        return _run_sweep(sweep, address, echo, stop)
+
+
+def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> SweepResult:
     from orchestrator.ray_start import ensure_ray
     from pipelines.compare import default_parallel
 
@@ -49,6 +61,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     except RunError:
         tracker.end("FAILED")
         raise
+    stop.install()  # again: ray.init put its own SIGTERM handler (an exit that can abort Ray's threads) in place
     parallel = sweep.parallel or default_parallel(1, sweep.base.resources.cpus_per_actor)
     # n_trials is a param of the first call only (MLflow params never change): each call records its own
     tracker.set_tags({"n_trials": sweep.n_trials})
@@ -59,9 +72,9 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
          f"storage {redacted(sweep.storage_url)}"
          + (f"; resuming: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed" if not created else ""))
     try:
-        driver.run()
+        driver.run(stop)
     except BaseException as e:
-        tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")

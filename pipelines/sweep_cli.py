@@ -1,7 +1,9 @@
-"""`mooring sweep SWEEP_CONFIG [--n-trials N] [--storage URL] [--study NAME] [--address RAY] [--best [--out PATH]]`.
+"""`mooring sweep SWEEP_CONFIG [--n-trials N] [--max-failures N] [--storage URL] [--study NAME] [--address RAY]
+[--best [--out PATH]]`.
 
 Running the same command again resumes the study; `--best` prints its best trial and writes that trial's
-config as a YAML file that `mooring run` accepts.
+config as a YAML file that `mooring run` accepts. SIGINT or SIGTERM stops it (exit 130 or 143) with the
+finished trials kept in the study's storage.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ def configure(parser) -> None:
     parser.add_argument("--storage", default=None, metavar="URL",
                         help="Optuna RDB storage (default: the sweep's, else sqlite:///optuna.db here)")
     parser.add_argument("--study", default=None, metavar="NAME", help="study name (default: the sweep file's name)")
+    parser.add_argument("--max-failures", type=int, default=None, metavar="N",
+                        help="failed trials after which the sweep stops, exit 1 (default: the sweep's max_failures, "
+                             "else n_trials, at most 10)")
     parser.add_argument("--parallel", type=int, default=None, metavar="N", help="trials at once (default: as the CPUs hold)")
     add_address_arg(parser)
     parser.add_argument("--best", action="store_true", help="print the best trial and write its config; run nothing")
@@ -32,11 +37,12 @@ def main(args) -> int:
     from pipelines.sweep_file import load_sweep
     from pipelines.sweep_objective import shown
 
-    for flag, value in (("--n-trials", args.n_trials), ("--parallel", args.parallel)):
+    for flag, value in (("--n-trials", args.n_trials), ("--parallel", args.parallel),
+                        ("--max-failures", args.max_failures)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} {value}: must be at least 1")
     sweep = load_sweep(args.sweep, n_trials=args.n_trials, storage_url=args.storage, study=args.study,
-                       overrides=args.overrides, parallel=args.parallel)
+                       overrides=args.overrides, parallel=args.parallel, max_failures=args.max_failures)
     metric = sweep.config.objective.spec
     if args.best:
         trial, cfg = load_best(sweep)

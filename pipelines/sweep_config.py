@@ -9,7 +9,8 @@
     objective: {metric: accuracy, aggregate: final}      # maximised; max_epsilon: 8 prunes trials over ε = 8
     # direction: maximize (default) | minimize; or {metric: time_to_target, direction: minimize}: simulated seconds
     n_trials: 20
-    sampler: {name: tpe, seed: 0}          # tpe | random | grid
+    max_failures: 10                       # failed trials after which the sweep stops (default: n_trials, at most 10)
+    sampler: {name: tpe, seed: 0}          # tpe | random | grid (at most MAX_GRID_POINTS points)
     pruner: {name: median, n_startup_trials: 5}         # median | successive_halving | none
 
 Every block forbids unknown keys; a problem is one line (ConfigError), as for experiment configs.
@@ -55,6 +56,14 @@ class FloatParam(_Range):
     type: Literal["float"]
     step: float | None = Field(None, gt=0)
 
+    def grid_count(self, points: int) -> int:
+        """How many values grid_values(points) gives, without making them."""
+        if self.grid is not None:
+            return len(self.grid)
+        if self.step is not None:
+            return max(0, math.ceil((self.high + self.step / 2 - self.low) / self.step))
+        return points
+
     def grid_values(self, points: int) -> list[float]:
         if self.grid is not None:
             return list(self.grid)
@@ -76,6 +85,9 @@ class IntParam(_Range):
     step: int = Field(1, ge=1)
     grid: list[int] | None = Field(None, min_length=1)
 
+    def grid_count(self, points: int) -> int:
+        return len(self.grid) if self.grid is not None else (self.high - self.low) // self.step + 1  # low < high
+
     def grid_values(self, points: int) -> list[int]:
         if self.grid is not None:
             return list(self.grid)
@@ -96,6 +108,9 @@ class CategoricalParam(Strict):
         if len({repr(c) for c in self.choices}) != len(self.choices):
             raise ValueError(f"choices {self.choices} repeat a value")
         return self
+
+    def grid_count(self, points: int) -> int:
+        return len(self.choices)
 
     def grid_values(self, points: int) -> list[Choice]:
         return list(self.choices)
@@ -202,6 +217,11 @@ SamplerConfig = Annotated[TPESampler | RandomSampler | GridSampler, Field(discri
 PrunerConfig = Annotated[MedianPruner | SuccessiveHalvingPruner | NoPruner, Field(discriminator="name")]
 
 DEFAULT_STORAGE = "sqlite:///optuna.db"
+# A grid larger than this is refused before it is made: Optuna's grid sampler lists every point in memory, and a
+# sweep of more federated runs than this is not one anybody waits for (use tpe or random).
+MAX_GRID_POINTS = 10_000
+# Failed trials that stop a sweep unless max_failures says otherwise: n_trials, and never more than this.
+DEFAULT_MAX_FAILURES = 10
 
 
 class SweepConfig(Strict):
@@ -212,6 +232,8 @@ class SweepConfig(Strict):
     enqueue: list[dict[str, Any]] = Field(default_factory=list, description="parameter sets tried first")
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig)
     n_trials: int | None = Field(None, ge=1, description="complete + pruned trials; default 20, or the grid's size")
+    max_failures: int | None = Field(None, ge=1, description="failed trials after which the sweep stops with exit 1; "
+                                     f"default n_trials, at most {DEFAULT_MAX_FAILURES}")
     sampler: SamplerConfig = Field(default_factory=lambda: TPESampler(name="tpe"))
     pruner: PrunerConfig = Field(default_factory=lambda: MedianPruner(name="median"))
     parallel: int | None = Field(None, ge=1, description="trials at once; default: as the cluster's CPUs hold")
@@ -228,4 +250,5 @@ def read_sweep_config(path: str | Path) -> SweepConfig:
 
 
 def grid_size(space: dict[str, Any], points: int) -> int:
-    return math.prod(len(p.grid_values(points)) for p in space.values())
+    """The grid's number of points, counted without making it (a range of 10⁶ integers is counted, not listed)."""
+    return math.prod(p.grid_count(points) for p in space.values())

@@ -13,7 +13,8 @@ from orchestrator.config import (
     ConfigError,
 )
 from orchestrator.run_errors import RunError
-from pipelines.sweep_file import Sweep, absolute_paths_of
+from orchestrator.signals import RunInterrupted, StopSignals
+from pipelines.sweep_file import Sweep, absolute_paths_of, redacted
 from pipelines.sweep_objective import shown
 from pipelines.sweep_optuna import best_trial, distributions, quiet_optuna
 from pipelines.sweep_tracking import tag_trial_run
@@ -181,6 +182,7 @@ class Driver:
             self.failures.append(outcome.reason)
         tag_trial_run(self.sweep, outcome, trial.number)
         self.echo(self.progress_line(trial.number, outcome))
+        self.check_failures()
 
     def progress_line(self, number: int, outcome: TrialOutcome) -> str:
         metric = self.sweep.config.objective.spec
@@ -194,22 +196,23 @@ class Driver:
                 f"{self.done()}/{self.sweep.n_trials} done")
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> None:
+    def run(self, stop: StopSignals) -> None:
+        """Trials until n_trials are complete or pruned. A stop signal ends it with RunInterrupted (what was kept,
+        how to resume) and max_failures failed trials with RunError; either way the trials running are failed
+        and enqueued again."""
         import ray
 
         remote = ray.remote(num_cpus=0, max_retries=0)(run_trial)
         self.heartbeat(force=True)
         self.recover_stale()
         try:
-            while True:
-                while len(self.pending) < self.parallel and self.launch(remote):
+            while stop.signum is None:
+                while len(self.pending) < self.parallel and stop.signum is None and self.launch(remote):
                     pass
                 if not self.pending and self.done() >= self.sweep.n_trials:
                     return
-                if len(self.failures) >= self.sweep.n_trials:
-                    raise RunError(f"sweep {self.sweep.study_name}: {len(self.failures)} trials failed, the last with "
-                                   f"{self.failures[-1]}; fix the sweep and run the same command to resume")
-                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=5.0) if self.pending else ([], [])
+                # a signal is seen between waits
+                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=2.0) if self.pending else ([], [])
                 if not ready and not self.pending:
                     time.sleep(2.0)  # other drivers' trials are running: wait for them, or for one to fail
                 for ref in ready:
@@ -219,6 +222,25 @@ class Driver:
         except BaseException:
             self.abandon_pending()
             raise
+        raise self.stopped(stop.signum)
+
+    def check_failures(self) -> None:
+        """Stop the sweep once max_failures of this driver's trials have failed (a trial config refused for every
+        trial, a bug), instead of asking for trials that fail as fast as they start."""
+        if len(self.failures) >= self.sweep.max_failures:
+            raise RunError(f"sweep {self.sweep.study_name}: stopped after {len(self.failures)} failed trials "
+                           f"(max_failures = {self.sweep.max_failures}), the last with {self.failures[-1]}; fix the "
+                           "sweep and run the same command to resume (or raise --max-failures)")
+
+    def stopped(self, signum: int) -> RunInterrupted:
+        """SIGINT or SIGTERM: the trials running failed and enqueued again; what the study keeps, said in one line."""
+        running = len(self.pending)
+        self.abandon_pending()
+        c = self.counts()
+        requeued = f"; {running} running {'trial was' if running == 1 else 'trials were'} failed and enqueued again"
+        return RunInterrupted(f"sweep {self.sweep.study_name} stopped: {c['complete']} complete and {c['pruned']} "
+                              f"pruned trials kept in {redacted(self.sweep.storage_url)}{requeued if running else ''}; "
+                              "run the same command to resume", signum)
 
     def abandon_pending(self) -> None:
         """Stopped (Ctrl-C, an error): what was running fails now and is enqueued again for the next driver."""

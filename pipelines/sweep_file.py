@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator import storage
 from orchestrator.config import (
+    RUN_NAME,
     ConfigError,
     ExperimentConfig,
     apply_overrides,
@@ -17,7 +18,9 @@ from orchestrator.config import (
     with_overrides,
 )
 from pipelines.sweep_config import (
+    DEFAULT_MAX_FAILURES,
     DEFAULT_STORAGE,
+    MAX_GRID_POINTS,
     CategoricalParam,
     GridSampler,
     SweepConfig,
@@ -40,6 +43,7 @@ class Sweep:
     storage_url: str
     n_trials: int
     parallel: int | None
+    max_failures: int  # failed trials of one driver after which it stops the sweep
 
     @property
     def sweep_dir(self) -> str:
@@ -50,20 +54,50 @@ class Sweep:
 
 def load_sweep(path: str | Path, *, n_trials: int | None = None, storage_url: str | None = None,
                study: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-               parallel: int | None = None) -> Sweep:
-    """Read and check a sweep file: every parameter path must exist and its bounds must be valid values."""
+               parallel: int | None = None, max_failures: int | None = None) -> Sweep:
+    """Read and check a sweep file: every parameter path must exist and its bounds must be valid values, the
+    study name must make valid run names, and a grid must be small enough to make."""
     source = str(path)
     config = read_sweep_config(path)
+    study_name = checked_study_name(study, config, source)
     base = base_experiment(config, Path(path), list(overrides))
     space = search_space(config, base, source)
     check_enqueued(config, base, space, source)
     check_objective(config.objective, base, source)
-    grid_points = config.sampler.points if isinstance(config.sampler, GridSampler) else 0
-    default_trials = grid_size(space, grid_points) if grid_points else 20
-    return Sweep(source=source, config=config, base=base, space=space,
-                 study_name=study or config.study or Path(path).stem,
+    default_trials = checked_grid_size(config, space, source) if isinstance(config.sampler, GridSampler) else 20
+    n_trials = n_trials or config.n_trials or default_trials
+    return Sweep(source=source, config=config, base=base, space=space, study_name=study_name,
                  storage_url=absolute_storage_url(storage_url or config.storage or DEFAULT_STORAGE),
-                 n_trials=n_trials or config.n_trials or default_trials, parallel=parallel or config.parallel)
+                 n_trials=n_trials, parallel=parallel or config.parallel,
+                 max_failures=max_failures or config.max_failures or min(n_trials, DEFAULT_MAX_FAILURES))
+
+
+def trial_name(study_name: str, number: int) -> str:
+    """The run name of a study's trial: its run directory's and MLflow run's."""
+    return f"{study_name}-t{number:04d}"
+
+
+def checked_study_name(study: str | None, config: SweepConfig, source: str) -> str:
+    """--study, else the file's `study:`, else the file's name; refused in one line where its trials' run names
+    would be (every trial would fail)."""
+    name = study or config.study or Path(source).stem
+    if len(name) <= 120 and RUN_NAME.fullmatch(trial_name(name, 0)):
+        return name
+    origin = ("--study" if study else f"{source}: study" if config.study
+              else f"{source}: the file's name (set `study:` in it or --study NAME)")
+    raise ConfigError(f"{origin}: {name!r} would name the trials' runs {trial_name(name, 0)!r}: a study name is "
+                      "1-120 letters, digits, '.', '_', '+' or '-', starting with a letter or digit")
+
+
+def checked_grid_size(config: SweepConfig, space: dict[str, Any], source: str) -> int:
+    """The grid's size, counted before anything makes it; refused in one line above MAX_GRID_POINTS."""
+    size = grid_size(space, config.sampler.points)
+    if size <= MAX_GRID_POINTS:
+        return size
+    counts = " × ".join(f"{p.grid_count(config.sampler.points):,} ({path})" for path, p in space.items())
+    raise ConfigError(f"{source}: sampler grid: {counts} = {size:,} points, over the limit of {MAX_GRID_POINTS:,}; "
+                      "list fewer values (`grid:`, `choices:`, a larger `step`, fewer `points`) or use sampler "
+                      "tpe or random")
 
 
 def base_experiment(config: SweepConfig, sweep_path: Path, overrides: list[str]) -> ExperimentConfig:

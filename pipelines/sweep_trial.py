@@ -11,7 +11,7 @@ from orchestrator.config import (
     ExperimentConfig,
     with_overrides,
 )
-from pipelines.sweep_file import Sweep
+from pipelines.sweep_file import Sweep, trial_name
 from pipelines.sweep_objective import final_score, round_value
 from pipelines.sweep_optuna import build_pruner, open_storage, quiet_optuna
 from pipelines.trial_store import TrialReporter, TrialStore
@@ -137,7 +137,7 @@ def trial_config(sweep: Sweep, base_abs: ExperimentConfig, params: dict[str, Any
     """The base with the trial's parameters; one client actor per trial, its own run directory. A non-finite
     loss does not stop the run: the sweep prunes the trial as diverged (check_finite_losses), with its reason."""
     return with_overrides(base_abs, {
-        **params, "name": f"{sweep.study_name}-t{number:04d}", "resources.num_actors": 1,
+        **params, "name": trial_name(sweep.study_name, number), "resources.num_actors": 1,
         "train.on_nonfinite_loss": "continue",
         "checkpoint.dir": storage.join(sweep.sweep_dir, f"trial-{number:04d}"),
     })

@@ -5,6 +5,11 @@ A config names a built-in by its name (`fedprox`), or anything importable by a r
 give its own names through an entry-point group (`mooring.algorithms`, `mooring.models`, `mooring.datasets`:
 `name = "module:attribute"`). Every way in is checked the same way (the registry's `check`), and a bad
 reference is one line saying what is wrong with it, so a config error can list exactly what is allowed.
+
+Naming a reference runs its module's code; a config or run directory from someone else may name a module of
+theirs beside it (the working directory is importable). `refuse_references()` (`mooring run --no-outside-code`)
+makes every reference one line instead, before anything is imported: built-in names and installed packages'
+entry points only.
 """
 from __future__ import annotations
 
@@ -31,6 +36,17 @@ class RegistryError(ValueError):
 
 def is_reference(name: str) -> bool:
     return ":" in name
+
+
+class OutsideCode:
+    """Whether this process imports the modules `module:attribute` references name (see `refuse_references`)."""
+
+    refused = False
+
+
+def refuse_references() -> None:
+    """From now on in this process, a `module:attribute` reference is refused in one line, nothing imported."""
+    OutsideCode.refused = True
 
 
 def import_reference(reference: str) -> object:
@@ -117,6 +133,9 @@ class Registry(Generic[T]):
         listing what is allowed, PluginError saying what is wrong with a reference."""
         if name in self._entries:
             return self._entries[name]
+        if is_reference(name) and OutsideCode.refused:
+            raise PluginError("a module:attribute reference runs outside code, which --no-outside-code refuses; "
+                              "only built-in names and installed packages' entry points")
         if name not in self._resolved:
             self._resolved[name] = self._resolve(name)
         return self._resolved[name]

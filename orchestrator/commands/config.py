@@ -3,15 +3,18 @@ the hyperparameters of the algorithm it runs (`algorithm.NAME`, at the paper's d
 whether it is valid, output directories included (exit 0, or 2 with one line saying what is wrong)."""
 from __future__ import annotations
 
-from orchestrator.commands.common import add_config_args
+from orchestrator.commands.common import add_config_args, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_config_args(sub.add_parser("show", help="print the resolved config as YAML, the active algorithm's "
-                                                "block with its defaults"))
-    add_config_args(sub.add_parser("check", help="check the config and that its output directories can be "
-                                                 "written, without running anything"))
+    show = sub.add_parser("show", help="print the resolved config as YAML, the active algorithm's block with its "
+                                       "defaults")
+    check = sub.add_parser("check", help="check the config and that its output directories can be written, "
+                                         "without running anything")
+    for action in (show, check):
+        add_config_args(action)
+        add_outside_code_arg(action)
 
 
 def resolved_yaml(cfg) -> str:
@@ -25,6 +28,7 @@ def resolved_yaml(cfg) -> str:
 def main(args) -> int:
     from orchestrator.config import load_config
 
+    apply_outside_code(args)
     cfg = load_config(args.config, args.overrides)
     if args.action == "check":
         from orchestrator.run_dir import check_output_dirs

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 
-from orchestrator.cluster import add_cluster_args
+from orchestrator.cluster import add_cluster_args, first_line, printable
 
 STOP_HEAD = ("A Ray head started for Mooring (`ray start --head`) keeps running after its jobs end; stop it with "
              "`ray stop` on the head node, and on each worker node that joined it (from the environment that "
@@ -27,7 +27,7 @@ def configure(parser) -> None:
 def main(args) -> int:
     from orchestrator.cluster import JobsAPI
 
-    api = JobsAPI(args.address, args.token_file)
+    api = JobsAPI(args.address, args.token_file, args.allow_plain_http)
     return {"list": list_jobs, "status": show_status, "logs": show_logs, "stop": stop_job}[args.action](api, args)
 
 
@@ -39,7 +39,7 @@ def list_jobs(api, _args) -> int:
     print(f"{'id':<28} {'status':<10} {'started':<19}  entrypoint")
     for job in jobs:
         print(f"{job.submission_id or job.job_id:<28} {job.status.value:<10} {when(job.start_time):<19}  "
-              f"{shorten(job.entrypoint or '', 70)}")
+              f"{shorten(printable(job.entrypoint or ''), 70)}")
     return 0
 
 
@@ -47,9 +47,9 @@ def show_status(api, args) -> int:
     info = api.call("get_job_info", args.job_id)
     print(f"{args.job_id}: {info.status.value}")
     print(f"  started  {when(info.start_time)}" + (f", ended {when(info.end_time)}" if info.end_time else ""))
-    print(f"  command  {info.entrypoint}")
+    print(f"  command  {printable(info.entrypoint, 2000)}")
     if info.message:
-        print(f"  message  {info.message.strip().splitlines()[0]}")
+        print(f"  message  {first_line(info.message)}")
     return 0
 
 

@@ -1,10 +1,17 @@
-"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--profile]`, or
-`mooring run --resume RUN_DIR [--from-round N] [--set k=v ...]` (the run's own config; a CONFIG beside it is refused)."""
+"""`mooring run CONFIG [--set k=v ...] [--address RAY] [--output-json PATH] [--no-outside-code] [--profile]`, or
+`mooring run --resume RUN_DIR [--from-round N] [--set k=v ...] [--no-outside-code]` (the run's own config; a CONFIG
+beside it is refused)."""
 from __future__ import annotations
 
 import json
 
-from orchestrator.commands.common import add_address_arg, add_config_args, check_output_file
+from orchestrator.commands.common import (
+    add_address_arg,
+    add_config_args,
+    add_outside_code_arg,
+    apply_outside_code,
+    check_output_file,
+)
 
 
 def configure(parser) -> None:
@@ -16,6 +23,7 @@ def configure(parser) -> None:
                         help="with --resume: continue from the checkpoint of round N instead of the latest")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress (by default a bar on a terminal, else one line per round at most every 5 s)")
+    add_outside_code_arg(parser)
     parser.add_argument("--profile", action="store_true",
                         help="print where the run's time went: start-up, each part of a round, shutdown")
 
@@ -42,6 +50,7 @@ def main(args) -> int:
     from orchestrator.tracking import resolve_uri
 
     check_resume_args(args)
+    apply_outside_code(args)
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:

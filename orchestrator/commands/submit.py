@@ -60,7 +60,7 @@ def main(args) -> int:
             problems.append(f"--resume {resume!r}")
         cluster.refuse_local_paths(problems)
 
-    api = cluster.JobsAPI(args.address, args.token_file)
+    api = cluster.JobsAPI(args.address, args.token_file, args.allow_plain_http)
     job_id = api.submit(args.pipeline, pipeline_args, root)
     print(job_id, flush=True)
     hint = f"mooring jobs {{}} {job_id} --address {api.url}"
@@ -106,7 +106,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
     if pipeline == "sweep":
         from pipelines.sweep_file import load_sweep
 
-        sweep = load_sweep(parsed.sweep, overrides=parsed.overrides)
+        sweep = load_sweep(parsed.sweep, overrides=parsed.overrides, study=parsed.study)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage
     from orchestrator.run_dir import load_config_for_run
 

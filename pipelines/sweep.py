@@ -24,8 +24,10 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from orchestrator import storage
+from orchestrator.preflight import check_variants
 from orchestrator.run_errors import RunError
 from pipelines.best_on_test import best_on_test, recorded
 from pipelines.sweep_driver import Driver, SweepResult, format_params
@@ -41,6 +43,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     from orchestrator.ray_start import ensure_ray
     from pipelines.compare import default_parallel
 
+    check_variants(searched_variants(sweep))
     storage_obj = open_storage(sweep.storage_url)
     study, created = open_study(sweep, storage_obj)
     if created:
@@ -77,6 +80,20 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     return SweepResult(sweep.study_name, sweep.storage_url, c["complete"], c["pruned"], c["failed"],
                        best.number if best else None, best.value if best else None, best.params if best else {},
                        tracker.run_id, [str(p) for p in outputs])
+
+
+def searched_variants(sweep: Sweep) -> dict[str, Any]:
+    """The base experiment, and it under each choice of a searched method or engine: the configs whose refusals
+    (orchestrator/preflight.py) come before any trial runs."""
+    from orchestrator.config import with_overrides
+    from pipelines.sweep_config import CategoricalParam
+
+    configs = {"the base experiment": sweep.base}
+    for path in ("algorithm.name", "train.engine"):
+        param = sweep.space.get(path)
+        for choice in param.choices if isinstance(param, CategoricalParam) else []:
+            configs[f"params.{path} = {choice}"] = with_overrides(sweep.base, {path: choice})
+    return configs
 
 
 def local_dir(path: str) -> Path:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -285,62 +284,3 @@ def test_an_impossible_variant_is_refused_before_any_run(capsys, tmp_path, argv,
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith(line), err
     assert not out_dir.exists() and not (tmp_path / "runs").exists()  # before Ray: the address is never tried
-
-
-SECOND_METHOD = '''"""A second method of the lab's, with a block of its own."""
-from my_lab.method import MyProx, MyProxParams
-
-
-class ScaledParams(MyProxParams):
-    scale: float = 1.0
-
-
-class Scaled(MyProx):
-    name = "my_scaled"
-    Params = ScaledParams
-'''
-
-
-@pytest.mark.ray
-def test_two_outside_methods_with_their_blocks_and_per_variant_settings_in_one_command(
-        ray_session, tmp_path, capsys, monkeypatch):
-    from orchestrator.cli import main
-    from tests.outside_lab import forget_lab, write_lab
-
-    lab = write_lab(tmp_path / "lab")
-    (lab / "my_lab" / "scaled.py").write_text(SECOND_METHOD)
-    forget_lab()
-    monkeypatch.syspath_prepend(str(lab))
-    monkeypatch.chdir(lab)
-    argv = ["compare", "lab.yaml", "--algorithms", "my_lab.method:MyProx", "--set", "algorithm.my_scaled.scale=2.0",
-            "--variant", "scaled_light=my_lab.scaled:Scaled algorithm.my_scaled.mu=0.001 train.optimizer.lr=0.05",
-            "--seeds", "0,1", "--baseline", "my_lab.method:MyProx", "--out", str(tmp_path / "out"),
-            "--output-json", str(tmp_path / "table.json"), "--quiet"]
-    try:
-        assert main(argv) == 0, capsys.readouterr().err
-    finally:
-        forget_lab()
-    out = capsys.readouterr().out
-    table = json.loads((tmp_path / "table.json").read_text())
-    assert [row["variant"] for row in table["variants"]] == ["my_lab.method:MyProx", "scaled_light"]
-    assert table["variants"][1]["settings"] == ("algorithm.name=my_lab.scaled:Scaled, algorithm.my_scaled.mu=0.001, "
-                                                "train.optimizer.lr=0.05")
-    [paired] = table["paired"]
-    runs = {(r["variant"], int(r["seed"])): float(r["final_global_accuracy"])
-            for r in csv.DictReader((tmp_path / "out" / "runs.csv").open())}
-    assert paired["diffs"] == pytest.approx([runs[("scaled_light", s)] - runs[("my_lab.method:MyProx", s)]
-                                             for s in (0, 1)])
-    assert paired["wins"] == sum(d > 0 for d in paired["diffs"])
-    assert "paired against my_lab.method:MyProx" in out and "scaled_light: algorithm.name=my_lab.scaled:Scaled" in out
-    resolved = yaml_of_run(tmp_path / "out", runs, "scaled_light")
-    assert resolved["algorithm"]["my_scaled"] == {"mu": 0.001, "scale": 2.0} and resolved["train"]["optimizer"]["lr"] == 0.05
-    page = (tmp_path / "out" / "report.html").read_text()
-    assert "Paired against my_lab.method:MyProx" in page and "algorithm.my_scaled.mu=0.001" in page
-
-
-def yaml_of_run(out_dir, runs, variant: str) -> dict:
-    """The resolved config a variant's first run recorded in its run directory."""
-    import yaml
-
-    row = next(r for r in csv.DictReader((out_dir / "runs.csv").open()) if r["variant"] == variant)
-    return yaml.safe_load((Path(row["run_dir"]) / "config.yaml").read_text())

@@ -274,6 +274,8 @@ def wait_for(storage, condition, driver: subprocess.Popen, log: Path, timeout: f
     ({"params": {"train.optimizer.lr": {"type": "float", "low": -1.0, "high": 0.1}}}, "train.optimizer.lr = -1.0"),
     ({"params": {"algorithm.fedprox.mu": {"type": "float", "low": 0.01, "high": 0.1}}}, "set `algorithm: fedprox`"),
     ({"params": {}}, "nothing to search"),
+    ({"algorithm": "feddebias", "params": {"train.engine": {"type": "categorical", "choices": ["sequential", "vectorized"]}}},
+     "params.train.engine = vectorized: train.engine: vectorized cannot train feddebias"),
     ({"algorithm": "fedprox", "enqueue": [{"train.optimizer.lr": 0.1}]}, "enqueue[0]: train.optimizer.lr not searched"),
     ({"algorithm": "no_such_method"}, "unknown algorithm"),
     ({"algorithm": "fedprox", "pruner": {"name": "median", "warmup": 2}}, "unknown key 'pruner.median.warmup'"),

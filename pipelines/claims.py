@@ -123,13 +123,15 @@ def check_protocol(cfg, seeds: list[int] | None = None) -> None:
     from pipelines.compare import plan_jobs
 
     check_names(cfg)
-    base = base_experiment(cfg)
+    base, problems = base_experiment(cfg), []
     for setting, overrides in cfg.claims.settings.items():
         try:
-            setting_base = with_overrides(base, overrides)
-        except ConfigError as e:
-            raise ConfigError(f"{cfg.name}: setting {setting}: {str(e).removeprefix('config: ')}") from None
-        plan_jobs(setting_base, cfg.claims.methods, (seeds or cfg.claims.seeds)[:1], 1)
+            plan_jobs(with_overrides(base, overrides), cfg.claims.methods, (seeds or cfg.claims.seeds)[:1], 1)
+        except ConfigError as e:  # one line per refused variant (orchestrator/preflight.py)
+            problems += [f"{cfg.name}, setting {setting}, {line.removeprefix('config: ')}"
+                         for line in str(e).split("\nerror: ")]
+    if problems:
+        raise ConfigError("\nerror: ".join(problems))
 
 
 def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str | None = None,

@@ -284,3 +284,19 @@ def test_an_impossible_variant_is_refused_before_any_run(capsys, tmp_path, argv,
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith(line), err
     assert not out_dir.exists() and not (tmp_path / "runs").exists()  # before Ray: the address is never tried
+
+
+def test_claims_refuse_an_impossible_run_of_any_setting_before_the_first(capsys, tmp_path):
+    from orchestrator.cli import main
+
+    rc = main(["claims", "configs/claims/feddebias_digits.yaml", "--set", "train.engine=vectorized",
+               "--set", f"checkpoint.dir={tmp_path / 'runs'}", "--results", str(tmp_path / "results"),
+               "--out", str(tmp_path / "claims.md"), "--address", "127.0.0.1:1"])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    refused = ["component1", "component2", "component2_no_max", "feddebias"]  # fedavg, the baseline, runs on it
+    assert rc == 2 and out == "" and [line.split(", ")[2].split(":")[0] for line in lines] == [
+        f"variant {name}" for name in refused]
+    assert all(line.startswith("error: feddebias_digits, setting ") and
+               "train.engine: vectorized cannot train feddebias" in line for line in lines)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "claims.md").exists()

@@ -123,7 +123,8 @@ def test_a_real_trial_reports_its_clock_and_is_pruned_when_it_never_reaches_the_
                                  sweep.config.objective, None))
     clock = [m["simulated_seconds"] for m in outcome.history]
     assert outcome.state == "pruned" and outcome.value is None and len(clock) == 2 and 0 < clock[0] < clock[1]
-    best = max(m["accuracy"] for m in outcome.history)
-    assert outcome.reason == f"never reached accuracy 1 in {clock[-1]:.0f} simulated s (best {best:.4f})"
+    assert not any("accuracy" in m for m in outcome.history)  # the trial reads no test set, only its validation
+    best = max(m["val_accuracy"] for m in outcome.history)
+    assert outcome.reason == f"never reached val_accuracy 1 in {clock[-1]:.0f} simulated s (best {best:.4f})"
     stored = optuna.load_study(study_name=sweep.study_name, storage=sweep.storage_url).trials[0]
     assert stored.intermediate_values == {1: clock[0], 2: clock[1]} and not any(map(math.isnan, clock))

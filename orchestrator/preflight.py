@@ -47,7 +47,20 @@ def check_variants(configs: dict[str, ExperimentConfig], check=check_runnable) -
         except (ConfigError, RunError) as e:
             problems.append(f"{label}: {e}")
     if problems:
-        raise ConfigError("\nerror: ".join(problems))  # the command line prints "error: " before the first
+        raise refusal(problems)
+
+
+NEXT_LINE = "\nerror: "  # the command line prints "error: " before the first refusal; this before each other
+
+
+def refusal(problems: list[str]) -> ConfigError:
+    """One ConfigError for several refusals, one line each."""
+    return ConfigError(NEXT_LINE.join(problems))
+
+
+def refusal_lines(err: ConfigError) -> list[str]:
+    """The refusals of one ConfigError, one per line (the inverse of `refusal`)."""
+    return str(err).split(NEXT_LINE)
 
 
 def check_devices(cfg: ExperimentConfig, num_actors: int) -> None:

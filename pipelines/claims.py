@@ -120,6 +120,7 @@ def check_names(cfg) -> None:
 def check_protocol(cfg, seeds: list[int] | None = None) -> None:
     """Every setting × method of the protocol checked (pipelines/compare.py, plan_jobs) before anything runs."""
     from orchestrator.config import ConfigError, with_overrides
+    from orchestrator.preflight import refusal, refusal_lines
     from pipelines.compare import plan_jobs
 
     check_names(cfg)
@@ -127,11 +128,10 @@ def check_protocol(cfg, seeds: list[int] | None = None) -> None:
     for setting, overrides in cfg.claims.settings.items():
         try:
             plan_jobs(with_overrides(base, overrides), cfg.claims.methods, (seeds or cfg.claims.seeds)[:1], 1)
-        except ConfigError as e:  # one line per refused variant (orchestrator/preflight.py)
-            problems += [f"{cfg.name}, setting {setting}, {line.removeprefix('config: ')}"
-                         for line in str(e).split("\nerror: ")]
+        except ConfigError as e:  # one line per refused variant
+            problems += [f"{cfg.name}, setting {setting}, {line.removeprefix('config: ')}" for line in refusal_lines(e)]
     if problems:
-        raise ConfigError("\nerror: ".join(problems))
+        raise refusal(problems)
 
 
 def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str | None = None,

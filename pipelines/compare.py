@@ -96,17 +96,17 @@ def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actor
     """Every (variant, seed) run's config, each checked (orchestrator/preflight.py) before any runs: a ConfigError
     with one line per variant refused."""
     from orchestrator.config import ConfigError, with_overrides
-    from orchestrator.preflight import check_runnable, check_variants
+    from orchestrator.preflight import check_runnable, refusal
 
     base, configs, problems = absolute_paths(base), {}, []
     for name, overrides in variants.items():
         try:
             configs[name] = with_overrides(base, {**overrides, "resources.num_actors": actors_per_run})
+            check_runnable(configs[name])
         except ConfigError as e:
             problems.append(f"variant {name}: {str(e).removeprefix('config: ')}")
     if problems:
-        raise ConfigError("\nerror: ".join(problems))
-    check_variants({f"variant {name}": cfg for name, cfg in configs.items()}, check_runnable)
+        raise refusal(problems)
     return [Job(name, seed, with_overrides(cfg, {"seed": seed})) for seed in seeds for name, cfg in configs.items()]
 
 

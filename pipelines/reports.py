@@ -55,13 +55,20 @@ def paired_parts(comp: Comparison, baseline: str | None) -> list[report.Part]:
 def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) -> Path:
     """report.html of a sweep: the best trial, Optuna's plots and every trial with its parameters, its state
     (with the reason of a pruned or failed one) and its MLflow run."""
+    from pipelines.best_on_test import recorded
     from pipelines.sweep_optuna import best_trial
 
     best = best_trial(study)
     parts: list[report.Part] = []
     if best is not None:
-        parts.append(report.Table("Best trial", ["trial", sweep.config.objective.spec, "parameters"],
-                                  [[str(best.number), f"{best.value:.4f}", parameters(best.params)]]))
+        tested = recorded(study)
+        on_test = None if tested is None or tested.test is None else f"{tested.test:.4f}"
+        spec = sweep.config.objective.spec
+        parts.append(report.Table("Best trial", ["trial", f"{spec} (validation)", f"{spec} on the test set",
+                                                 "parameters"],
+                                  [[str(best.number), f"{best.value:.4f}", on_test, parameters(best.params)]]))
+        parts.append(report.Note("Trials are scored on their validation split; the best trial's config is run once "
+                                 "on the test sets (pipelines/best_on_test.py)."))
     parts += [report.Figure(path.stem.replace("_", " ").capitalize(), path) for path in plots]
     parts.append(report.Table("Trials", ["trial", "state", "value", "parameters", "reason", "MLflow run"],
                               [[str(t.number), t.state.name.lower(), None if t.value is None else f"{t.value:.4f}",

@@ -165,6 +165,8 @@ def test_no_trial_reads_the_test_set_and_the_best_trial_is_tested_once(small_swe
     assert best_run.data.metrics["accuracy"] == pytest.approx(tested["test"]) and "val_accuracy" not in best_run.data.metrics
     trained = [m.value for m in client.get_metric_history(study.best_trial.user_attrs["mlflow_run_id"], "train_loss")]
     assert [m.value for m in client.get_metric_history(tested["mlflow_run_id"], "train_loss")] == trained
+    page = (path.parent / "runs" / "sweeps" / "small" / "report.html").read_text()
+    assert f"<td>{study.best_value:.4f}</td><td>{tested['test']:.4f}</td>" in page
     assert out.count("on the test set: accuracy:final = ") == 1 and f"(validation {100 * study.best_value:.2f}%" in out
 
 

@@ -57,3 +57,12 @@ def best_on_test(sweep: Sweep, study, parent_run_id: str | None) -> BestOnTest |
     out = BestOnTest(best.number, float(best.value), score.value, score.reason, result.mlflow_run_id)
     study.set_user_attr(TEST_ATTR, asdict(out))
     return out
+
+
+def measure_best_on_test(sweep: Sweep, study, tracker) -> BestOnTest | None:
+    """best_on_test, its run nested under the sweep's parent run, and both scores logged on that run."""
+    tested = best_on_test(sweep, study, tracker.run_id)
+    if tested is not None and tested.test is not None:
+        tracker.log_summary({"best_trial_validation": tested.validation, "best_trial_test": tested.test},
+                            step=len(study.trials))
+    return tested

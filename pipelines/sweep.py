@@ -29,7 +29,8 @@ from typing import Any
 from orchestrator import storage
 from orchestrator.preflight import check_variants
 from orchestrator.run_errors import RunError
-from pipelines.best_on_test import best_on_test, recorded
+from orchestrator.signals import RunInterrupted
+from pipelines.best_on_test import measure_best_on_test, recorded
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
 from pipelines.sweep_objective import shown
@@ -69,10 +70,11 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
         raise
-    tested = best_on_test(sweep, study, tracker.run_id)
-    if tested is not None and tested.test is not None:
-        tracker.log_summary({"best_trial_validation": tested.validation, "best_trial_test": tested.test},
-                            step=len(study.trials))
+    try:
+        measure_best_on_test(sweep, study, tracker)
+    except BaseException as e:
+        tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
+        raise
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")
     c = driver.counts()

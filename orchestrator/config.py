@@ -164,6 +164,10 @@ class DataConfig(Strict):
                                  "test set, every sample goes to the clients (methods without a global model)")
     split_seed: Seed | None = Field(None, description="random state of the train/test split; null: the run seed")
     client_test_fraction: float = Field(0.2, ge=0, lt=1, description="per-client test split (personalized eval)")
+    validation_fraction: float = Field(
+        0.0, ge=0, le=0.5, description="share of each client's training samples held out as its validation split, "
+        "drawn from the seed; the clients' splits together are the global validation set. 0: none (the clients "
+        "train on all). Sweeps turn it on (pipelines/sweep_objective.py) and evaluate their trials on it")
     partitions_dir: StorageLocation = Field(".mooring/partitions", description="where partitions are stored (path or URI)")
     pad: int = Field(0, ge=0)
     normalize: Literal["none", "center"] = "none"
@@ -306,6 +310,10 @@ class EvalConfig(Strict):
     diagnostics: bool = Field(False, description="log the cross-method diagnostics every round "
                               "(feature distance, classifier-update cosine, classifier movement: tasks/algorithms/diagnostics.py)")
     probe_per_class: int = Field(10, ge=1, description="probe images per class and test set for the feature distance")
+    split: Literal["test", "validation"] = Field(
+        "test", description="what every accuracy is measured on: the test sets, or the validation split "
+        "(data.validation_fraction > 0), whose metrics are named val_accuracy, val_personalized_accuracy, ...; "
+        "a sweep's trials evaluate on validation and never read the test sets")
     personalized_clients: int | None = Field(
         None, ge=1, description="personalized methods: evaluate the own models of this many clients, a sample drawn "
         "from the seed alone (the same for every method of a seed); null: every client")
@@ -552,6 +560,13 @@ class ExperimentConfig(Strict):
             raise ValueError("must be a name, not a path: 1-128 letters, digits, '.', '_', '+' or '-', "
                              "starting with a letter or digit")
         return v
+
+    @model_validator(mode="after")
+    def validation_split_exists(self) -> ExperimentConfig:
+        if self.eval.split == "validation" and self.data.validation_fraction == 0:
+            raise NestedFieldError("eval.split", "validation", "needs a validation split: set "
+                                   "data.validation_fraction (for example 0.2)")
+        return self
 
     @model_validator(mode="after")
     def participation_fits(self) -> ExperimentConfig:

@@ -13,7 +13,7 @@ from orchestrator import storage
 from orchestrator.config import TextConfig
 from tasks.data.datasets import load_dataset
 from tasks.data.federated import FederatedData
-from tasks.data.partition import Partition, PartitionError, make_partition
+from tasks.data.partition import Partition, PartitionError, hold_out_validation, make_partition
 
 # Options added after partitions were first stored: left out of the key at their defaults, so the files stored
 # before them are still found (the partitions are the same).
@@ -21,7 +21,9 @@ LATER_OPTIONS = {"max_draws": 1000, "repair": False, "select": "largest"}
 
 
 def partition_key(cfg) -> str:
-    spec = {"data": cfg.data.model_dump(mode="json", exclude={"root", "download", "partitions_dir"}),
+    # the validation split is drawn from a partition's training samples afterwards (prepare_data), not part of it
+    spec = {"data": cfg.data.model_dump(mode="json", exclude={"root", "download", "partitions_dir",
+                                                               "validation_fraction"}),
             "seed": cfg.seed, "split_seed": cfg.split_seed}
     for name, default in LATER_OPTIONS.items():
         if spec["data"]["partition"][name] == default:
@@ -111,7 +113,10 @@ def prepare_data(cfg) -> FederatedData:
 
         dataset = keep_federation_test(dataset, partition)
     angles = cfg.data.domains.angles if cfg.data.domains.kind == "rotation" else [0.0]
-    return FederatedData(dataset, partition, list(angles), cfg.data.normalize, partition.content_hash())
+    content_hash = partition.content_hash()
+    partition, validation = hold_out_validation(partition, cfg.data.validation_fraction, cfg.seed)
+    return FederatedData(dataset, partition, list(angles), cfg.data.normalize, content_hash, validation,
+                         cfg.eval.split)
 
 
 def _loader_options(cfg):

@@ -9,6 +9,20 @@ from tasks.algorithms import Algorithm
 from tasks.algorithms.base import State, count_correct, derive_seed
 
 EVAL_STREAM = 0xE7A
+VALIDATION_PREFIX = "val_"  # the evaluation metrics of a run evaluated on its validation split (eval.split)
+
+
+def validation_key(key: str) -> str:
+    """The name an evaluation metric (accuracy..., personalized_...) has when measured on the validation split;
+    other metrics (losses, diagnostics) keep theirs."""
+    if key.startswith(VALIDATION_PREFIX) or not key.startswith(("accuracy", "personalized_")):
+        return key
+    return VALIDATION_PREFIX + key
+
+
+def named_for_split(metrics: dict[str, float], split: str) -> dict[str, float]:
+    """An evaluation's metrics under the names of the split they were measured on (eval.split)."""
+    return metrics if split == "test" else {validation_key(k): v for k, v in metrics.items()}
 
 
 def accuracies_on_test_sets(algorithm: Algorithm, state: State,

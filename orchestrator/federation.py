@@ -19,7 +19,12 @@ from orchestrator.buffered import BufferedAggregation, run_version
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.client_store import ClientStateStore
-from orchestrator.evaluation import accuracies_on_test_sets, personalized_eval_clients, personalized_summary
+from orchestrator.evaluation import (
+    accuracies_on_test_sets,
+    named_for_split,
+    personalized_eval_clients,
+    personalized_summary,
+)
 from orchestrator.history_codec import HistoryText, decoded
 from orchestrator.methods import build_algorithm
 from orchestrator.partial_sums import fold_partial_sums, sums_updates
@@ -207,7 +212,7 @@ class Server:
             payload = self.algorithm.payload(self.state, self.round)
             per_client = call(ClientCall(CallKind.EVALUATE, payload, self.eval_clients, self.round)).results
             out.update(personalized_summary(per_client))
-        return out
+        return named_for_split(out, self.cfg.eval.split)
 
 
 # ------------------------------------------------------------------------------ one process, no Ray

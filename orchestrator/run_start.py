@@ -6,9 +6,10 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator import resume_config
-from orchestrator.config import ConfigError, ExperimentConfig
+from orchestrator.config import ExperimentConfig
 from orchestrator.phases import Phases
 from orchestrator.placement import clients_in_coordinator, coordinator_name, default_num_actors, on_this_node
+from orchestrator.preflight import check_engine
 from orchestrator.ray_start import ensure_ray
 from orchestrator.results import run_params
 from orchestrator.run_context import RunContext
@@ -80,20 +81,6 @@ def launch_coordinator(ctx: RunContext, clients_here: bool):
             name=coordinator_name(ctx.log.run_dir), scheduling_strategy=on_this_node(),
             num_cpus=cfg.resources.cpus_per_actor if clients_here else 0,
         ).remote(cfg, default_num_actors(cfg), ctx.log.run_dir, clients_here)
-
-
-def check_engine(cfg: ExperimentConfig, data) -> None:
-    """Refuse, before any client actor loads, a `train.engine: vectorized` the method or its model cannot run on
-    (`auto` falls back and `sequential` runs anything, so neither builds the model here)."""
-    from orchestrator.methods import build_algorithm
-    from tasks.algorithms.engines import choose_engine
-
-    if cfg.train.engine != "vectorized":
-        return
-    try:
-        choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
 
 
 def abandon_set_up(coordinator, tracking_started, status: str) -> None:

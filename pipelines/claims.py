@@ -35,6 +35,7 @@ class Verdict:
     needed_wins: int
     p_value: float | None
     holds: bool
+    seeds: list[int]  # the seeds both have a value for, in the order of the values and diffs
 
 
 def paired_verdict(check, setting_comp: Comparison, metric: str) -> Verdict:
@@ -51,7 +52,19 @@ def paired_verdict(check, setting_comp: Comparison, metric: str) -> Verdict:
     if check.max_p is not None:
         holds = holds and p is not None and p < check.max_p
     return Verdict(check.statement, check.setting, check.method, check.baseline, metric, va, vb, diffs, wins,
-                   needed, p, holds)
+                   needed, p, holds, seeds)
+
+
+def mean_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The two-sided t-interval of the mean paired difference, mean ± t((1 + level)/2, n − 1) · s / √n with s the
+    sample standard deviation; None with fewer than two differences."""
+    if len(diffs) < 2:
+        return None
+    from scipy.stats import t
+
+    mean, half = float(np.mean(diffs)), float(t.ppf((1 + level) / 2, len(diffs) - 1) * np.std(diffs, ddof=1))
+    half /= math.sqrt(len(diffs))
+    return mean - half, mean + half
 
 
 def one_sided_p(diffs: list[float], sign: float) -> float | None:
@@ -103,6 +116,23 @@ def check_names(cfg) -> None:
             if name not in pool:
                 raise ConfigError(f"{cfg.name}: claims check {check.statement[:40]!r}: unknown {role} {name!r}; "
                                   f"allowed: {', '.join(pool)}")
+
+
+def check_protocol(cfg, seeds: list[int] | None = None) -> None:
+    """Every setting × method of the protocol checked (pipelines/compare.py, plan_jobs) before anything runs."""
+    from orchestrator.config import ConfigError, with_overrides
+    from orchestrator.preflight import refusal, refusal_lines
+    from pipelines.compare import plan_jobs
+
+    check_names(cfg)
+    base, problems = base_experiment(cfg), []
+    for setting, overrides in cfg.claims.settings.items():
+        try:
+            plan_jobs(with_overrides(base, overrides), cfg.claims.methods, (seeds or cfg.claims.seeds)[:1], 1)
+        except ConfigError as e:  # one line per refused variant
+            problems += [f"{cfg.name}, setting {setting}, {line.removeprefix('config: ')}" for line in refusal_lines(e)]
+    if problems:
+        raise refusal(problems)
 
 
 def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str | None = None,
@@ -275,6 +305,9 @@ def main(args) -> int:
             raise ConfigError(f"{path}: no `claims:` block")
     configs = [apply_budget(cfg, args.budget, path, args.overrides) for cfg, path in zip(configs, paths)]
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or None
+    if not args.report_only:
+        for cfg in configs:  # every protocol's every run checked before the first starts
+            check_protocol(cfg, seeds)
     sections = {}
     for cfg, path in zip(configs, paths):
         comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,

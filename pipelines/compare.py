@@ -71,6 +71,7 @@ class Comparison:
     histories: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     parent_run_id: str | None = None
     stopped: Stopped | None = None
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # each variant's overrides of the base
 
     def values(self, variant: str, spec: str) -> dict[int, float | None]:
         return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
@@ -92,11 +93,21 @@ def absolute_paths(cfg):
 
 
 def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int) -> list[Job]:
-    from orchestrator.config import with_overrides
+    """Every (variant, seed) run's config, each checked (orchestrator/preflight.py) before any runs: a ConfigError
+    with one line per variant refused."""
+    from orchestrator.config import ConfigError, with_overrides
+    from orchestrator.preflight import check_runnable, refusal
 
-    base = absolute_paths(base)
-    return [Job(name, seed, with_overrides(base, {**overrides, "seed": seed, "resources.num_actors": actors_per_run}))
-            for seed in seeds for name, overrides in variants.items()]
+    base, configs, problems = absolute_paths(base), {}, []
+    for name, overrides in variants.items():
+        try:
+            configs[name] = with_overrides(base, {**overrides, "resources.num_actors": actors_per_run})
+            check_runnable(configs[name])
+        except ConfigError as e:
+            problems.append(f"variant {name}: {str(e).removeprefix('config: ')}")
+    if problems:
+        raise refusal(problems)
+    return [Job(name, seed, with_overrides(cfg, {"seed": seed})) for seed in seeds for name, cfg in configs.items()]
 
 
 def _run_job(cfg, parent_run_id, run_dir):
@@ -216,7 +227,7 @@ def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
 ACCURACIES = (("global", "final_global_accuracy"), ("personalized", "final_personalized_accuracy"))
 
 LEGEND = ("global: the server's model on the global test set · personalized: each client's own model on its own "
-          "test data · last round, %, mean ± std over seeds · –: no such model · MB sent: model traffic between "
+          "test data · last round, %, mean ± sample standard deviation (n − 1) over seeds · –: no such model · MB sent: model traffic between "
           "server and clients, both ways, all rounds")
 
 PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model updates, trusted server · ε stats: "
@@ -224,11 +235,12 @@ PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model upda
 
 
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
-    """Mean and (population) std over seeds; std is None with fewer than two values."""
+    """Mean and sample standard deviation (n − 1 in the denominator) over seeds; std is None with fewer than two
+    values."""
     vals = [v for v in values if v is not None]
     if not vals:
         return None, None
-    return float(np.mean(vals)), float(np.std(vals)) if len(vals) > 1 else None
+    return float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else None
 
 
 def summary_table(comp: Comparison) -> list[dict[str, Any]]:
@@ -239,6 +251,8 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
     table = []
     for variant, rows in by_variant.items():
         entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
+        if variant in comp.settings:
+            entry["settings"] = settings_text(comp.settings[variant])
         for name, key in ACCURACIES:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
         entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
@@ -247,6 +261,10 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
             entry[key] = mean_std([r.get(key) for r in rows])[0]
         table.append(entry | clock_columns(rows))
     return table
+
+
+def settings_text(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())
 
 
 def clock_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -271,17 +289,19 @@ def format_table(table: list[dict[str, Any]]) -> str:
     clock = any("simulated_seconds" in row for row in table)
     private = [key for key in EPSILON_KEYS if any(row.get(key) is not None for row in table)]
     titles = {"dp_epsilon": "ε models", "dp_epsilon_stats": "ε stats"}
-    lines = [f"{'variant':<28} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
+    width = max([28, *(len(row["variant"]) for row in table)])  # a long label keeps the columns aligned
+    lines = [f"{'variant':<{width}} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
              + "".join(f" {titles[key]:>9}" for key in private)
              + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")]
     for row in table:
         acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
         mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
         eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
-        lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
+        lines.append(f"{row['variant']:<{width}} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
                      + (f" {format_clock(row)}" if clock else ""))
+    settings = [f"  {row['variant']}: {row['settings']}" for row in table if row.get("settings")]
     legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
-    return "\n".join(lines + legend)
+    return "\n".join(lines + (["settings (over the base config):", *settings] if settings else []) + legend)
 
 
 def clock_cells(row: dict[str, Any]) -> tuple[str, str]:
@@ -333,16 +353,22 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
 # ------------------------------------------------------------------------------------------ pipeline
 def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
-            echo=print, progress: bool = True) -> Comparison:
+            echo=print, progress: bool = True, baseline: str | None = None) -> Comparison:
+    """Every variant × seed (see the module's docstring); every variant's config is checked before Ray starts and
+    its actors against the cluster before the first run (orchestrator/preflight.py). With `baseline`, the report
+    adds the paired differences against it (pipelines/paired.py)."""
     from orchestrator.plots import experiment_title
+    from orchestrator.preflight import check_devices, check_variants
     from orchestrator.ray_start import ensure_ray
     from orchestrator.signals import RunInterrupted
     from orchestrator.tracking import Tracker
     from pipelines.reports import write_comparison_report
 
-    ensure_ray(address)
-    parallel = parallel or default_parallel(actors_per_run, base.resources.cpus_per_actor)
     jobs = plan_jobs(base, variants, seeds, actors_per_run)
+    ensure_ray(address)
+    check_variants({f"variant {j.variant}": j.cfg for j in jobs[:len(variants)]},
+                   lambda cfg: check_devices(cfg, actors_per_run))
+    parallel = parallel or default_parallel(actors_per_run, base.resources.cpus_per_actor)
     tracker = Tracker(jobs[0].cfg.tracking.uri, base.tracking.experiment, base.tracking.enabled)
     tracker.start(f"compare-{base.name}", {"variants": ",".join(variants), "seeds": ",".join(map(str, seeds))},
                   {"kind": "compare", "dataset": base.data.dataset})
@@ -352,12 +378,13 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     except BaseException:
         tracker.end("FAILED")
         raise
+    comp.settings = variants
     if comp.rows:
         title = experiment_title(base, seeds)
         for path in save_outputs(comp, Path(out_dir), title=title):
             tracker.log_artifact(path)
         table = summary_table(comp)
-        tracker.log_artifact(write_comparison_report(comp, table, variants, Path(out_dir), title, tracker))
+        tracker.log_artifact(write_comparison_report(comp, table, variants, Path(out_dir), title, tracker, baseline))
         tracker.log_summary(parent_metrics(table))
         tracker.log_table(table, "summary_table.json")
     if comp.stopped is not None:
@@ -402,6 +429,14 @@ def configure(parser) -> None:
     parser.add_argument("--output-json", default=None, metavar="PATH",
                         help="also write the summary table (one object per variant) as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (finished runs are still listed)")
+    parser.add_argument("--variant", dest="variants", action="append", default=[], metavar="'LABEL=ALGORITHM KEY=VALUE ...'",
+                        help="a variant with its own label and overrides, repeatable: --variant "
+                             "'scaffold_sgd=scaffold train.optimizer.momentum=0' (with or instead of --algorithms)")
+    parser.add_argument("--variants-file", default=None, metavar="YAML",
+                        help="variants from a file: `variants: {LABEL: {algorithm.name: A, KEY: VALUE, ...}, ...}`")
+    parser.add_argument("--baseline", default=None, metavar="VARIANT",
+                        help="also compare every variant with this one, seed by seed: paired differences, their "
+                             "mean, 95 %% interval, wins and p (as `mooring claims` judges them)")
 
 
 def every_method() -> list[str]:
@@ -440,28 +475,105 @@ def refuse_duplicates(option: str, text: str | None, values: list) -> None:
 def main(args) -> int:
     from orchestrator.commands.common import check_output_file
     from orchestrator.config import ConfigError, load_config
-    from tasks.algorithms import ALGORITHMS
-    from tasks.registry import RegistryError
 
+    variants = requested_variants(args)  # outside methods imported first, so that --set may name their blocks
     base = load_config(args.config, args.overrides)
-    names = every_method() if args.all_algorithms else parse_list(args.algorithms, str, "--algorithms") or [
-        base.algorithm.name]
-    for name in names:
-        try:
-            ALGORITHMS.find(name)
-        except RegistryError as e:
-            raise ConfigError(f"--algorithms: {name}: {e}") from None
+    variants = variants or {base.algorithm.name: {"algorithm.name": base.algorithm.name}}
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or [base.seed]
-    refuse_duplicates("--algorithms", args.algorithms, names)
     refuse_duplicates("--seeds", args.seeds, seeds)
+    if args.baseline is not None and args.baseline not in variants:
+        raise ConfigError(f"--baseline {args.baseline}: not a variant of this comparison; variants: {', '.join(variants)}")
     if args.output_json:
         check_output_file(args.output_json)
-    comp = compare(base, {n: {"algorithm.name": n} for n in names}, seeds, args.out, address=args.address,
-                   parallel=args.parallel, echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
+    comp = compare(base, variants, seeds, args.out, address=args.address, parallel=args.parallel,
+                   echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet, baseline=args.baseline)
     table = summary_table(comp)
     print(format_table(table))
+    paired = paired_section(comp, args.baseline)
+    if paired is not None:
+        print("\n" + paired[0])
     if args.output_json:
-        Path(args.output_json).write_text(json.dumps(table, indent=1))
+        Path(args.output_json).write_text(json.dumps(
+            table if paired is None else {"variants": table, "paired": paired[1]}, indent=1))
     print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
     return 0
+
+
+def paired_section(comp: Comparison, baseline: str | None) -> tuple[str, list[dict]] | None:
+    """The paired table against the baseline (text, JSON rows), or None without a baseline."""
+    if baseline is None:
+        return None
+    from pipelines.paired import as_json, format_paired, paired_rows
+
+    rows = paired_rows(comp, baseline)
+    return format_paired(rows, baseline), as_json(rows)
+
+
+def requested_variants(args) -> dict[str, dict[str, Any]]:
+    """{label: overrides} from --algorithms (or --all-algorithms), --variant and --variants-file, in that order,
+    each named algorithm found (an outside one imported) before the base config is read; empty: none given."""
+    from orchestrator.config import ConfigError
+
+    names = every_method() if args.all_algorithms else parse_list(args.algorithms, str, "--algorithms")
+    refuse_duplicates("--algorithms", args.algorithms, names)
+    variants = {n: {"algorithm.name": n} for n in names}
+    given = [parse_variant(text) for text in args.variants]
+    given += list(read_variants_file(args.variants_file).items()) if args.variants_file else []
+    for label, overrides in given:
+        if label in variants:
+            raise ConfigError(f"--variant {label}: the label is given more than once; give each variant its own")
+        variants[label] = overrides
+    for label, overrides in variants.items():
+        if "algorithm.name" in overrides:
+            find_algorithm(label, str(overrides["algorithm.name"]), "--algorithms" if label in names else "--variant")
+    return variants
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """'LABEL=ALGORITHM KEY=VALUE ...' → (LABEL, {"algorithm.name": ALGORITHM, KEY: VALUE, ...})."""
+    import shlex
+
+    from orchestrator.config import ConfigError, parse_override
+
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"--variant {text!r}: {e}") from None
+    label, _, algorithm = (words[0] if words else "").partition("=")
+    if not label or not algorithm:
+        raise ConfigError(f"--variant {text!r}: expected 'LABEL=ALGORITHM KEY=VALUE ...', for example "
+                          "'scaffold_sgd=scaffold train.optimizer.momentum=0'")
+    overrides: dict[str, Any] = {"algorithm.name": algorithm}
+    for word in words[1:]:
+        path, value = parse_override(word)
+        overrides[".".join(path)] = value
+    return label, overrides
+
+
+def read_variants_file(path: str) -> dict[str, dict[str, Any]]:
+    """A comparison file's `variants:` mapping, label → {dotted key: value} (algorithm.name among them)."""
+    from orchestrator.config import ConfigError, read_yaml
+
+    raw = read_yaml(path)
+    variants = raw.get("variants")
+    if set(raw) != {"variants"} or not isinstance(variants, dict) or not variants:
+        raise ConfigError(f"{path}: expected one key, `variants:`, mapping each label to its overrides "
+                          "({algorithm.name: A, KEY: VALUE, ...})")
+    for label, overrides in variants.items():
+        if not isinstance(overrides, dict) or not all(isinstance(k, str) for k in overrides):
+            raise ConfigError(f"{path}: variants.{label}: expected a mapping of dotted keys to values, "
+                              f"got {overrides!r}")
+    return {str(label): dict(overrides) for label, overrides in variants.items()}
+
+
+def find_algorithm(label: str, name: str, option: str) -> None:
+    from orchestrator.config import ConfigError
+    from tasks.algorithms import ALGORITHMS
+    from tasks.registry import RegistryError
+
+    try:
+        ALGORITHMS.find(name)
+    except RegistryError as e:
+        where = f"{option}: {name}" if option == "--algorithms" else f"{option} {label}: {name}"
+        raise ConfigError(f"{where}: {e}") from None

@@ -10,15 +10,16 @@ from pipelines.compare import ACCURACIES, LEGEND, Comparison, clock_cells, forma
 
 
 def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], variants: dict[str, dict[str, Any]],
-                            out_dir: Path, title: str, tracker) -> Path:
-    """report.html: the summary table, the accuracy plot and every run with its parameters and MLflow run."""
+                            out_dir: Path, title: str, tracker, baseline: str | None = None) -> Path:
+    """report.html: the summary table (each variant's settings), with a baseline the paired differences against
+    it, the accuracy plot and every run with its parameters and MLflow run."""
     def mb(value: float | None) -> str | None:
         return None if value is None else f"{value / 1e6:.1f}"
 
     clock = any("simulated_seconds" in row for row in table)  # the participation block's simulated clock
-    summary = report.Table("Summary", ["variant", "seeds", "global accuracy", "personalized accuracy", "MB sent",
-                                       "seconds a run"] + (["simulated seconds", "to target"] if clock else []),
-                           [[row["variant"], str(row["seeds"]),
+    summary = report.Table("Summary", ["variant", "settings", "seeds", "global accuracy", "personalized accuracy",
+                                       "MB sent", "seconds a run"] + (["simulated seconds", "to target"] if clock else []),
+                           [[row["variant"], row.get("settings"), str(row["seeds"]),
                              *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
                                for name, _ in ACCURACIES],
                              mb(row["bytes_sent"]), f"{row['wall_seconds']:.0f}"]
@@ -31,20 +32,43 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
     if clock:
         figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))
-    parts = [summary, report.Note(LEGEND), *figures, runs]
+    parts = [summary, report.Note(LEGEND), *paired_parts(comp, baseline), *figures, runs]
     return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
+
+
+def paired_parts(comp: Comparison, baseline: str | None) -> list[report.Part]:
+    """The paired differences against the baseline (pipelines/paired.py), as a table and its note; none without."""
+    if baseline is None:
+        return []
+    from pipelines.paired import interval_text, p_text, paired_rows, per_seed
+
+    rows = paired_rows(comp, baseline)
+    return [report.Table(f"Paired against {baseline} (variant − {baseline}, percentage points)",
+                         ["variant", "accuracy", "seeds", "per seed", "mean", "95 % interval", "wins", "p"],
+                         [[r.variant, r.metric, ", ".join(map(str, r.seeds)), per_seed(r), f"{100 * r.mean:+.2f}",
+                           interval_text(r.interval), f"{r.wins}/{len(r.diffs)}", p_text(r.p_value)] for r in rows]),
+            report.Note("per seed on the same partition; 95 % interval: mean ± t(0.975, n − 1) · sample std / √n; "
+                        "wins: seeds where the variant is higher; p: one-sided paired t-test, variant higher (as "
+                        "`mooring claims` judges a claim)")]
 
 
 def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) -> Path:
     """report.html of a sweep: the best trial, Optuna's plots and every trial with its parameters, its state
     (with the reason of a pruned or failed one) and its MLflow run."""
+    from pipelines.best_on_test import recorded
     from pipelines.sweep_optuna import best_trial
 
     best = best_trial(study)
     parts: list[report.Part] = []
     if best is not None:
-        parts.append(report.Table("Best trial", ["trial", sweep.config.objective.spec, "parameters"],
-                                  [[str(best.number), f"{best.value:.4f}", parameters(best.params)]]))
+        tested = recorded(study)
+        on_test = None if tested is None or tested.test is None else f"{tested.test:.4f}"
+        spec = sweep.config.objective.spec
+        parts.append(report.Table("Best trial", ["trial", f"{spec} (validation)", f"{spec} on the test set",
+                                                 "parameters"],
+                                  [[str(best.number), f"{best.value:.4f}", on_test, parameters(best.params)]]))
+        parts.append(report.Note("Trials are scored on their validation split; the best trial's config is run once "
+                                 "on the test sets (pipelines/best_on_test.py)."))
     parts += [report.Figure(path.stem.replace("_", " ").capitalize(), path) for path in plots]
     parts.append(report.Table("Trials", ["trial", "state", "value", "parameters", "reason", "MLflow run"],
                               [[str(t.number), t.state.name.lower(), None if t.value is None else f"{t.value:.4f}",

@@ -7,6 +7,8 @@
       │     study.ask() → trial config → Ray task (num_cpus=0) → run_experiment with its own client actor
       │     in the task: trial.report(accuracy, round) every round; should_prune() → TrialPruned stops the run
       │     study.tell(COMPLETE | PRUNED | FAIL), with the reason of a failure as the trial's "fail_reason"
+      ├─ the best trial's config run once more, evaluated on the test sets (trials see only their validation
+      │  split: pipelines/sweep_objective.py), recorded in the study (pipelines/best_on_test.py)
       └─ at the end, on the parent run: best parameters, trials.csv, Optuna's plots, the best config as YAML
 
 A trial that diverges (a NaN or infinite loss) is pruned, so the sampler learns to avoid its region; one
@@ -24,10 +26,13 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from orchestrator import storage
+from orchestrator.preflight import check_variants
 from orchestrator.run_errors import RunError
 from orchestrator.signals import RunInterrupted, StopSignals
+from pipelines.best_on_test import measure_best_on_test, recorded
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
 from pipelines.sweep_objective import shown
@@ -50,6 +55,7 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
     from orchestrator.ray_start import ensure_ray
     from pipelines.compare import default_parallel
 
+    check_variants(searched_variants(sweep))
     storage_obj = open_storage(sweep.storage_url)
     study, created = open_study(sweep, storage_obj)
     if created:
@@ -76,6 +82,11 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise
+    try:
+        measure_best_on_test(sweep, study, tracker)
+    except BaseException as e:
+        tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
+        raise
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")
     c = driver.counts()
@@ -83,6 +94,20 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
     return SweepResult(sweep.study_name, sweep.storage_url, c["complete"], c["pruned"], c["failed"],
                        best.number if best else None, best.value if best else None, best.params if best else {},
                        tracker.run_id, [str(p) for p in outputs])
+
+
+def searched_variants(sweep: Sweep) -> dict[str, Any]:
+    """The base experiment, and it under each choice of a searched method or engine: the configs whose refusals
+    (orchestrator/preflight.py) come before any trial runs."""
+    from orchestrator.config import with_overrides
+    from pipelines.sweep_config import CategoricalParam
+
+    configs = {"the base experiment": sweep.base}
+    for path in ("algorithm.name", "train.engine"):
+        param = sweep.space.get(path)
+        for choice in param.choices if isinstance(param, CategoricalParam) else []:
+            configs[f"params.{path} = {choice}"] = with_overrides(sweep.base, {path: choice})
+    return configs
 
 
 def local_dir(path: str) -> Path:
@@ -104,6 +129,12 @@ def load_best(sweep: Sweep):
     return best, best_config(sweep, best)
 
 
+def best_recorded_on_test(storage_url: str, study_name: str):
+    """The BestOnTest recorded in the study for its best trial, or None."""
+    optuna = quiet_optuna()
+    return recorded(optuna.load_study(study_name=study_name, storage=open_storage(storage_url)))
+
+
 def print_result(result: SweepResult, metric: str, out=None) -> None:
     out = out or sys.stdout  # looked up per call: a redirected or replaced stdout must be honoured
     print(f"study {result.study_name}: {result.complete} complete, {result.pruned} pruned, {result.failed} failed",
@@ -111,5 +142,8 @@ def print_result(result: SweepResult, metric: str, out=None) -> None:
     if result.best_number is not None:
         print(f"best trial {result.best_number}: {metric} = {result.best_value:.6f} ({shown(result.best_value, metric)})  "
               f"{format_params(result.best_params)}", file=out)
+    tested = best_recorded_on_test(result.storage_url, result.study_name)
+    if tested is not None:
+        print(tested.line(metric), file=out)
     if result.parent_run_id:
         print(f"MLflow parent run {result.parent_run_id}; browse with `mooring ui`", file=out)

@@ -32,7 +32,7 @@ def configure(parser) -> None:
 
 def main(args) -> int:
     from orchestrator.config import ConfigError
-    from pipelines.sweep import load_best, print_result, run_sweep
+    from pipelines.sweep import best_recorded_on_test, load_best, print_result, run_sweep
     from pipelines.sweep_driver import format_params
     from pipelines.sweep_file import load_sweep
     from pipelines.sweep_objective import shown
@@ -52,6 +52,9 @@ def main(args) -> int:
         with open(out, "w") as f:
             f.write(cfg.to_yaml())
         print(f"best trial {trial.number}: {metric} = {trial.value:.6f} ({shown(trial.value, metric)})  {format_params(trial.params)}")
+        tested = best_recorded_on_test(sweep.storage_url, sweep.study_name)
+        print(tested.line(metric) if tested else "its test score: not measured yet (the sweep measures it when its "
+              "trials are done)")
         print(f"wrote {out}; run it with `mooring run {out}`")
         return 0
     result = run_sweep(sweep, address=args.address, echo=lambda line: print(line, file=sys.stderr, flush=True))

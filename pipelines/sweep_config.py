@@ -7,6 +7,7 @@
       algorithm.fedfa.mu: {type: float, low: 0.01, high: 10, log: true}
       data.partition.alpha: {type: categorical, choices: [0.05, 0.1, 0.5]}
     objective: {metric: accuracy, aggregate: final}      # maximised; max_epsilon: 8 prunes trials over ε = 8
+    # measured on the trials' validation split (val_accuracy; pipelines/sweep_objective.py), never the test sets
     # direction: maximize (default) | minimize; or {metric: time_to_target, direction: minimize}: simulated seconds
     n_trials: 20
     max_failures: 10                       # failed trials after which the sweep stops (default: n_trials, at most 10)
@@ -148,7 +149,8 @@ class ObjectiveConfig(Strict):
     `time_to_target`, the simulated seconds to participation.target_accuracy, minimised (pipelines/sweep_objective.py).
     The pruner sees KEY (for time_to_target, a lower bound of it) after every round."""
 
-    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, time_to_target, ...")
+    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, time_to_target, ...; "
+                        "an accuracy is the trial's on its validation split (val_accuracy, ...)")
     aggregate: Literal["final", "best", "last5", "top5"] = "final"
     direction: Direction = Direction.MAXIMIZE
     max_epsilon: float | None = Field(None, gt=0, description="privacy budget: a trial is pruned the round its ε "

@@ -28,7 +28,7 @@ from pipelines.sweep_config import (
     param_from_search_space,
     read_sweep_config,
 )
-from pipelines.sweep_objective import check_objective
+from pipelines.sweep_objective import check_objective, on_validation_split
 
 
 @dataclass
@@ -101,12 +101,13 @@ def checked_grid_size(config: SweepConfig, space: dict[str, Any], source: str) -
 
 
 def base_experiment(config: SweepConfig, sweep_path: Path, overrides: list[str]) -> ExperimentConfig:
-    """The base file, then the sweep's overrides and `algorithm`, then the command line's --set."""
+    """The base file, then the sweep's overrides and `algorithm`, then the command line's --set; with a
+    validation split for the trials to be scored on."""
     raw = read_yaml((sweep_path.parent / config.base).resolve())
     changes = {**config.overrides, **({"algorithm.name": config.algorithm} if config.algorithm else {})}
     for key, value in changes.items():
         set_dotted(raw, key, value)
-    return build_config(apply_overrides(raw, overrides), str(sweep_path))
+    return on_validation_split(build_config(apply_overrides(raw, overrides), str(sweep_path)))
 
 
 def search_space(config: SweepConfig, base: ExperimentConfig, source: str) -> dict[str, Any]:

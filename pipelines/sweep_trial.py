@@ -134,10 +134,11 @@ def trial_run_id(cfg: ExperimentConfig) -> str | None:
 
 
 def trial_config(sweep: Sweep, base_abs: ExperimentConfig, params: dict[str, Any], number: int) -> ExperimentConfig:
-    """The base with the trial's parameters; one client actor per trial, its own run directory. A non-finite
-    loss does not stop the run: the sweep prunes the trial as diverged (check_finite_losses), with its reason."""
+    """The base with the trial's parameters; one client actor per trial, its own run directory, evaluated on the
+    validation split only (pipelines/sweep_objective.py). A non-finite loss does not stop the run: the sweep
+    prunes the trial as diverged (check_finite_losses), with its reason."""
     return with_overrides(base_abs, {
-        **params, "name": trial_name(sweep.study_name, number), "resources.num_actors": 1,
+        **params, "name": trial_name(sweep.study_name, number), "resources.num_actors": 1, "eval.split": "validation",
         "train.on_nonfinite_loss": "continue",
         "checkpoint.dir": storage.join(sweep.sweep_dir, f"trial-{number:04d}"),
     })

@@ -63,7 +63,7 @@ def test_compare_runs_every_variant_on_the_same_partition(finished_comparison):
     table = {row["variant"]: row for row in summary_table(comp)}
     finals = [r["final_global_accuracy"] for r in comp.rows if r["variant"] == "fedprox"]
     assert table["fedprox"]["global_accuracy_mean"] == pytest.approx(np.mean(finals))
-    assert table["fedprox"]["global_accuracy_std"] == pytest.approx(np.std(finals))
+    assert table["fedprox"]["global_accuracy_std"] == pytest.approx(np.std(finals, ddof=1))
     assert table["local"]["global_accuracy_mean"] is None  # no global model: never its personalized figure
     assert table["local"]["personalized_accuracy_mean"] is not None
     for name in ("runs.csv", "runs.parquet", "summary.csv", "summary.parquet", "accuracy.png"):
@@ -95,7 +95,7 @@ def check_report(path, comp: Comparison, runs, client) -> None:
     run, and the same file on the parent run."""
     page = path.read_text()
     tables = re.findall(r"<table>(.*?)</table>", page, re.S)
-    summary_rows = re.findall(r"<tr><td>(\w+)</td><td>2</td>", tables[0])
+    summary_rows = re.findall(r"<tr><td>(\w+)</td><td>algorithm.name=\1</td><td>2</td>", tables[0])
     assert summary_rows == ["fedprox", "local"]
     assert page.count('<img alt="Accuracy by round" src="data:image/png;base64,') == 1
     for row, run in zip(comp.rows, runs):
@@ -240,3 +240,76 @@ def test_all_algorithms_is_every_registered_method_but_the_protocol_variants():
     variants = set(ALGORITHMS.names()) - set(methods)
     assert variants == {name for name in ALGORITHMS.names() if ALGORITHMS.get(name).protocol_variant}
     assert {"fedavg_pm", "local_pm", "fedavg_periodic"} <= variants
+
+
+# ------------------------------------------------------------------------- paired statistics, variants
+def test_paired_differences_against_a_baseline_by_hand():
+    from pipelines.paired import format_paired, paired_rows
+
+    comp = comparison([0.80, 0.70, 0.90], [0.70, 0.72, 0.80])  # m, b: diffs +0.10, −0.02, +0.10
+    [row] = paired_rows(comp, "b")
+    assert (row.variant, row.metric, row.seeds, row.wins) == ("m", "global", [0, 1, 2], 2)
+    assert row.diffs == pytest.approx([0.10, -0.02, 0.10]) and row.mean == pytest.approx(0.06)
+    # s = √(((0.04)² + (0.08)² + (0.04)²) / 2) = √0.0048; t(0.975, 2) = 4.302653; half = t · s / √3 = 0.172106
+    half = 4.302653 * 0.0048 ** 0.5 / 3 ** 0.5
+    assert row.interval == pytest.approx((0.06 - half, 0.06 + half), abs=1e-6)
+    from scipy.stats import ttest_1samp
+
+    assert row.p_value == pytest.approx(ttest_1samp([0.10, -0.02, 0.10], 0, alternative="greater").pvalue)
+    text = format_paired([row], "b")
+    assert "+10.00 -2.00 +10.00" in text and "+6.00" in text and f"[{100 * (0.06 - half):+.2f}, " in text
+    assert "2/3" in text
+
+
+def test_variant_labels_overrides_and_files_are_parsed(tmp_path):
+    from pipelines.compare import format_table, parse_variant, read_variants_file
+
+    assert parse_variant("scaffold_sgd=fedprox train.optimizer.momentum=0 algorithm.fedprox.mu=0.5") == (
+        "scaffold_sgd", {"algorithm.name": "fedprox", "train.optimizer.momentum": 0, "algorithm.fedprox.mu": 0.5})
+    path = tmp_path / "variants.yaml"
+    path.write_text("variants:\n  slow: {algorithm.name: fedavg, train.optimizer.lr: 0.01}\n")
+    assert read_variants_file(str(path)) == {"slow": {"algorithm.name": "fedavg", "train.optimizer.lr": 0.01}}
+    long = "a_very_long_variant_label_past_the_column_width"
+    rows = [{"variant": v, "seeds": 1, "global_accuracy_mean": 0.5, "global_accuracy_std": None,
+             "personalized_accuracy_mean": None, "personalized_accuracy_std": None, "bytes_sent": 1e6,
+             "settings": f"algorithm.name={v}"} for v in ("fedavg", long)]
+    header, short_row, long_row = format_table(rows).splitlines()[:3]
+    seeds_end = header.index("seeds") + len("seeds")  # the columns stay aligned past the long label
+    assert short_row[seeds_end - 1] == long_row[seeds_end - 1] == "1" and len(short_row) == len(long_row)
+    assert f"  {long}: algorithm.name={long}" in format_table(rows)
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--algorithms", "fedavg,feddebias", "--set", "train.engine=vectorized"],
+     "error: variant feddebias: train.engine: vectorized cannot train feddebias"),
+    (["--variant", "a=fedavg train.optimizer.lr=-1", "--variant", "b=fedavg"],
+     "error: variant a: train.optimizer.lr = -1: Input should be greater than 0"),
+    (["--algorithms", "fedavg", "--baseline", "fedprox"], "error: --baseline fedprox: not a variant of this "
+                                                           "comparison; variants: fedavg"),
+    (["--variant", "nolabel"], "error: --variant 'nolabel': expected 'LABEL=ALGORITHM KEY=VALUE ...'"),
+])
+def test_an_impossible_variant_is_refused_before_any_run(capsys, tmp_path, argv, line):
+    from orchestrator.cli import main
+
+    out_dir = tmp_path / "out"
+    rc = main(["compare", "configs/default.yaml", *argv, "--out", str(out_dir), "--address", "127.0.0.1:1",
+               "--set", f"checkpoint.dir={tmp_path / 'runs'}"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith(line), err
+    assert not out_dir.exists() and not (tmp_path / "runs").exists()  # before Ray: the address is never tried
+
+
+def test_claims_refuse_an_impossible_run_of_any_setting_before_the_first(capsys, tmp_path):
+    from orchestrator.cli import main
+
+    rc = main(["claims", "configs/claims/feddebias_digits.yaml", "--set", "train.engine=vectorized",
+               "--set", f"checkpoint.dir={tmp_path / 'runs'}", "--results", str(tmp_path / "results"),
+               "--out", str(tmp_path / "claims.md"), "--address", "127.0.0.1:1"])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    refused = ["component1", "component2", "component2_no_max", "feddebias"]  # fedavg, the baseline, runs on it
+    assert rc == 2 and out == "" and [line.split(", ")[2].split(":")[0] for line in lines] == [
+        f"variant {name}" for name in refused]
+    assert all(line.startswith("error: feddebias_digits, setting ") and
+               "train.engine: vectorized cannot train feddebias" in line for line in lines)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "claims.md").exists()

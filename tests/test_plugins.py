@@ -75,6 +75,48 @@ def test_an_outside_fedprox_runs_on_the_vectorised_engine_equal_to_the_built_in_
     assert config["train"]["engine"] == "vectorized"
 
 
+SECOND_METHOD = '''"""A second method of the lab's, with a block of its own."""
+from my_lab.method import MyProx, MyProxParams
+
+
+class ScaledParams(MyProxParams):
+    scale: float = 1.0
+
+
+class Scaled(MyProx):
+    name = "my_scaled"
+    Params = ScaledParams
+'''
+
+
+def test_two_outside_methods_with_their_blocks_and_per_variant_settings_in_one_command(lab):
+    """Each outside method's block set (one by --set before it is named, one by its variant), per-variant
+    overrides and labels, and the paired differences against the baseline, in one `mooring compare`."""
+    (lab / "my_lab" / "scaled.py").write_text(SECOND_METHOD)
+    out_dir, as_json = lab / "two_outside", lab / "two_outside.json"
+    result = mooring_in(lab, "compare", "lab.yaml", "--algorithms", MY_PROX, "--set", "algorithm.my_scaled.scale=2.0",
+                        "--variant", "scaled_light=my_lab.scaled:Scaled algorithm.my_scaled.mu=0.001 "
+                                     "train.optimizer.lr=0.05",
+                        "--seeds", "0,1", "--baseline", MY_PROX, "--out", str(out_dir), "--output-json", str(as_json),
+                        "--quiet")
+    table = json.loads(as_json.read_text())
+    assert [row["variant"] for row in table["variants"]] == [MY_PROX, "scaled_light"]
+    assert table["variants"][1]["settings"] == ("algorithm.name=my_lab.scaled:Scaled, algorithm.my_scaled.mu=0.001, "
+                                                "train.optimizer.lr=0.05")
+    rows = list(csv.DictReader((out_dir / "runs.csv").open()))
+    finals = {(r["variant"], int(r["seed"])): float(r["final_global_accuracy"]) for r in rows}
+    [paired] = table["paired"]
+    assert paired["diffs"] == pytest.approx([finals[("scaled_light", s)] - finals[(MY_PROX, s)] for s in (0, 1)])
+    assert paired["wins"] == sum(d > 0 for d in paired["diffs"])
+    assert f"paired against {MY_PROX}" in result.stdout
+    assert "scaled_light: algorithm.name=my_lab.scaled:Scaled" in result.stdout
+    run_dir = Path(next(r["run_dir"] for r in rows if r["variant"] == "scaled_light"))
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["algorithm"]["my_scaled"] == {"mu": 0.001, "scale": 2.0}
+    assert config["train"]["optimizer"]["lr"] == 0.05
+    page = (out_dir / "report.html").read_text()
+    assert f"Paired against {MY_PROX}" in page and "algorithm.my_scaled.mu=0.001" in page
+
 def test_mooring_sweep_searches_the_outside_method_s_own_ranges(lab):
     import optuna
 

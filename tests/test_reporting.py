@@ -76,8 +76,10 @@ def test_table_never_puts_a_personalized_figure_under_the_global_heading():
 def test_several_seeds_show_mean_and_std():
     comp = comparison({"fedavg": [history([0.5, 0.8]), history([0.5, 0.6])]})
     row = summary_table(comp)[0]
-    assert row["global_accuracy_mean"] == pytest.approx(0.7) and row["global_accuracy_std"] == pytest.approx(0.1)
-    assert "70.00 ± 10.00 %" in format_table([row])
+    # the sample standard deviation: √(((0.8 − 0.7)² + (0.6 − 0.7)²) / (2 − 1)) = 0.1414
+    assert row["global_accuracy_mean"] == pytest.approx(0.7) and row["global_accuracy_std"] == pytest.approx(0.02 ** 0.5)
+    assert "70.00 ± 14.14 %" in format_table([row])
+    assert "sample standard deviation (n − 1)" in format_table([row])
     assert parent_metrics([row])["fedavg.global_accuracy_mean"] == pytest.approx(0.7)
     assert "fedavg.personalized_accuracy_mean" not in parent_metrics([row])
     assert parent_metrics([row | {"variant": "fedavg z=1"}])["fedavg z_1.global_accuracy_mean"] == pytest.approx(0.7)

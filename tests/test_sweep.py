@@ -130,15 +130,44 @@ def test_mlflow_has_a_parent_run_with_one_nested_run_per_trial(small_sweep, mlfl
     # the two complete trials have the same value: no importances to compute, and the sweep did not mind
     assert "param_importances.png" not in artifacts
     nested = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
-    by_number = {int(r.data.tags["optuna.trial_number"]): r for r in nested}
+    by_number = {int(r.data.tags["optuna.trial_number"]): r for r in nested if "optuna.trial_number" in r.data.tags}
+    assert [r.info.run_id for r in nested if "optuna.trial_number" not in r.data.tags] == [
+        study.user_attrs["best_on_test"]["mlflow_run_id"]]  # and the best trial's config on the test set
     assert sorted(by_number) == [0, 1, 3, 4]  # trial 2 failed before its run started
     assert {n: r.data.tags["optuna.state"] for n, r in by_number.items()} == {
         0: "complete", 1: "complete", 3: "pruned", 4: "pruned"}
     assert by_number[3].info.status == "KILLED"
     assert by_number[0].data.params["train.optimizer.lr"] == "0.3"
-    history = client.get_metric_history(by_number[0].info.run_id, "accuracy")
+    history = client.get_metric_history(by_number[0].info.run_id, "val_accuracy")
     assert [m.step for m in history] == [1, 2, 3]
     assert history[-1].value == pytest.approx(study.trials[0].value)
+
+
+def test_no_trial_reads_the_test_set_and_the_best_trial_is_tested_once(small_sweep, mlflow_uri):
+    """Read back from the study's SQLite storage and the MLflow store: every value a trial reported is its run's
+    validation accuracy, and no trial's run has a test metric; the best trial's config, run once more on the
+    test sets, trained exactly as the trial did."""
+    from mlflow.tracking import MlflowClient
+
+    path, study, out, _ = small_sweep
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    ran = [t for t in study.trials if t.user_attrs.get("mlflow_run_id")]
+    assert len(ran) == 4 and sum(bool(t.intermediate_values) for t in ran) == 3  # trial 4 diverged in round 1
+    for trial in ran:
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert not {k for k in run.data.metrics if k.startswith(("accuracy", "personalized_", "final_global"))}
+        validation = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_accuracy")}
+        assert all(validation[step] == pytest.approx(value) for step, value in trial.intermediate_values.items())
+        assert run.data.params["data.validation_fraction"] == "0.2" and run.data.params["eval.split"] == "validation"
+    tested = study.user_attrs["best_on_test"]
+    assert tested["trial"] == study.best_trial.number and tested["validation"] == study.best_value
+    best_run = client.get_run(tested["mlflow_run_id"])
+    assert best_run.data.metrics["accuracy"] == pytest.approx(tested["test"]) and "val_accuracy" not in best_run.data.metrics
+    trained = [m.value for m in client.get_metric_history(study.best_trial.user_attrs["mlflow_run_id"], "train_loss")]
+    assert [m.value for m in client.get_metric_history(tested["mlflow_run_id"], "train_loss")] == trained
+    page = (path.parent / "runs" / "sweeps" / "small" / "report.html").read_text()
+    assert f"<td>{study.best_value:.4f}</td><td>{tested['test']:.4f}</td>" in page
+    assert out.count("on the test set: accuracy:final = ") == 1 and f"(validation {100 * study.best_value:.2f}%" in out
 
 
 def test_the_report_lists_every_trial_with_its_fate_and_its_mlflow_run(small_sweep, mlflow_uri):
@@ -167,7 +196,9 @@ def test_best_writes_a_config_that_mooring_run_accepts(small_sweep, tmp_path):
     rc, out, err = mooring("sweep", str(path), "--best", "--out", str(out_path))
     assert rc == 0, err
     assert out.startswith(f"best trial 0: accuracy:final = {study.best_value:.6f}")
+    assert "best trial 0 on the test set: accuracy:final = " in out  # recorded by the sweep, not measured again
     cfg = load_config(out_path)
+    assert cfg.eval.split == "test" and cfg.data.validation_fraction == 0.2  # trains as the trial did
     assert cfg.train.optimizer.lr == 0.3 and cfg.data.partition.min_size == 5 and cfg.name == "small-best"
     rc, out, err = mooring("run", str(out_path), "--set", "train.rounds=1", "--quiet")
     assert rc == 0, err
@@ -288,6 +319,8 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_saying_what_was_kept_and_a_rerun_resu
     ({"params": {"train.optimizer.lr": {"type": "float", "low": -1.0, "high": 0.1}}}, "train.optimizer.lr = -1.0"),
     ({"params": {"algorithm.fedprox.mu": {"type": "float", "low": 0.01, "high": 0.1}}}, "set `algorithm: fedprox`"),
     ({"params": {}}, "nothing to search"),
+    ({"algorithm": "feddebias", "params": {"train.engine": {"type": "categorical", "choices": ["sequential", "vectorized"]}}},
+     "params.train.engine = vectorized: train.engine: vectorized cannot train feddebias"),
     ({"algorithm": "fedprox", "enqueue": [{"train.optimizer.lr": 0.1}]}, "enqueue[0]: train.optimizer.lr not searched"),
     ({"algorithm": "no_such_method"}, "unknown algorithm"),
     ({"algorithm": "fedprox", "pruner": {"name": "median", "warmup": 2}}, "unknown key 'pruner.median.warmup'"),

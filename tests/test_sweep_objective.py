@@ -48,16 +48,17 @@ def test_the_direction_reaches_the_study_and_its_pruner_prunes_the_slower_trial(
         open_study(maximising, storage)
 
 
-CLOCK = [{"round": 1, "accuracy": 0.4, "simulated_seconds": 3.0},
-         {"round": 2, "accuracy": 0.72, "simulated_seconds": 7.5},
-         {"round": 3, "accuracy": float("nan"), "simulated_seconds": 9.0},
-         {"round": 4, "accuracy": 0.9, "simulated_seconds": 11.0}]
+# a trial's history: evaluated on its validation split (val_accuracy); the test accuracy is not there to read
+CLOCK = [{"round": 1, "val_accuracy": 0.4, "simulated_seconds": 3.0},
+         {"round": 2, "val_accuracy": 0.72, "simulated_seconds": 7.5},
+         {"round": 3, "val_accuracy": float("nan"), "simulated_seconds": 9.0},
+         {"round": 4, "val_accuracy": 0.9, "simulated_seconds": 11.0}]
 
 
 @pytest.mark.parametrize("target, per_round, state, value, reason", [
     (0.7, [3.0, 7.5, 7.5, 7.5], "complete", 7.5, ""),
     (0.9, [3.0, 7.5, 9.0, 11.0], "complete", 11.0, ""),
-    (0.95, [3.0, 7.5, 9.0, 11.0], "pruned", None, "never reached accuracy 0.95 in 11 simulated s (best 0.9000)"),
+    (0.95, [3.0, 7.5, 9.0, 11.0], "pruned", None, "never reached val_accuracy 0.95 in 11 simulated s (best 0.9000)"),
 ])
 def test_time_to_target_scores_the_first_round_at_the_target_and_prunes_a_trial_that_never_gets_there(
         target, per_round, state, value, reason):
@@ -67,6 +68,9 @@ def test_time_to_target_scores_the_first_round_at_the_target_and_prunes_a_trial_
     objective = ObjectiveConfig(metric="time_to_target", direction="minimize")
     assert [round_value(objective, CLOCK[:t], target) for t in range(1, 5)] == per_round
     assert final_score(objective, CLOCK, target) == Score(state, value, reason)
+    on_test = [{k.removeprefix("val_"): v for k, v in m.items()} for m in CLOCK]  # the best trial's test run
+    assert final_score(objective, on_test, target, split="test").value == value
+    assert final_score(objective, on_test, target).state != "complete"  # a trial never scores a test accuracy
 
 
 def test_other_objectives_score_as_before_and_a_run_without_a_clock_fails():
@@ -76,7 +80,7 @@ def test_other_objectives_score_as_before_and_a_run_without_a_clock_fails():
     loss = ObjectiveConfig(metric="train_loss", aggregate="last5", direction="minimize")
     history = [{"round": 1, "train_loss": 2.0}, {"round": 2, "train_loss": 1.0}]
     assert round_value(loss, history, None) == 1.0 and final_score(loss, history, None).value == 1.5
-    assert final_score(ObjectiveConfig(), history, None).reason.startswith("objective metric 'accuracy' is not in")
+    assert final_score(ObjectiveConfig(), history, None).reason.startswith("objective metric 'val_accuracy' is not in")
     no_clock = final_score(ObjectiveConfig(metric="time_to_target", direction="minimize"), history, 0.5)
     assert (no_clock.state, no_clock.reason) == ("failed", "time_to_target: the run logged no simulated clock")
 
@@ -119,7 +123,8 @@ def test_a_real_trial_reports_its_clock_and_is_pruned_when_it_never_reaches_the_
                                  sweep.config.objective, None))
     clock = [m["simulated_seconds"] for m in outcome.history]
     assert outcome.state == "pruned" and outcome.value is None and len(clock) == 2 and 0 < clock[0] < clock[1]
-    best = max(m["accuracy"] for m in outcome.history)
-    assert outcome.reason == f"never reached accuracy 1 in {clock[-1]:.0f} simulated s (best {best:.4f})"
+    assert not any("accuracy" in m for m in outcome.history)  # the trial reads no test set, only its validation
+    best = max(m["val_accuracy"] for m in outcome.history)
+    assert outcome.reason == f"never reached val_accuracy 1 in {clock[-1]:.0f} simulated s (best {best:.4f})"
     stored = optuna.load_study(study_name=sweep.study_name, storage=sweep.storage_url).trials[0]
     assert stored.intermediate_values == {1: clock[0], 2: clock[1]} and not any(map(math.isnan, clock))

@@ -1,6 +1,8 @@
 """A dataset split over clients: what client actors and the coordinator read their data from.
 
-Built once by the driver and put in Ray's object store, so every actor on a node shares one copy.
+Built once by the driver and put in Ray's object store, so every actor on a node shares one copy. With a
+validation split (data.validation_fraction) evaluated on (eval.split: validation), each client's validation
+samples stand in for its test split and their union for the global test set, so such a run reads no test data.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ class FederatedData:
     angles: list[float] = field(default_factory=lambda: [0.0])
     normalize: str = "none"
     partition_hash: str = ""
+    validation: list[np.ndarray] = field(default_factory=list)  # per client: held out of its training samples
+    evaluate_on: str = "test"  # or "validation": the held-out samples replace every test set
 
     @property
     def num_clients(self) -> int:
@@ -42,12 +46,25 @@ class FederatedData:
         view = normalize_images(rotate_images(x, self.angles[domain]), self.normalize)
         return torch.from_numpy(np.array(view, dtype=np.float32))
 
+    def _held_out(self, client_id: int) -> np.ndarray:
+        """The client's evaluation samples (indices into the training set): its test or its validation split."""
+        return self.validation[client_id] if self.evaluate_on == "validation" else self.partition.test[client_id]
+
+    def _global_held_out(self) -> tuple[np.ndarray, np.ndarray]:
+        """The global evaluation set: the test set, or every client's validation samples together."""
+        ds = self.dataset
+        if self.evaluate_on != "validation":
+            return ds.x_test, ds.y_test
+        rows = np.concatenate(self.validation) if self.validation else np.zeros(0, dtype=np.int64)
+        return ds.x_train[rows], ds.y_train[rows]
+
     def test_sets(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """The global test set, once per domain (rotated by each angle); one entry without domains."""
-        y = torch.tensor(self.dataset.y_test)
+        x, y_np = self._global_held_out()
+        y = torch.tensor(y_np)
         if len(self.angles) == 1:
-            return {"test": (self._view(self.dataset.x_test, 0), y)}
-        return {f"rot{a:g}": (self._view(self.dataset.x_test, d), y) for d, a in enumerate(self.angles)}
+            return {"test": (self._view(x, 0), y)}
+        return {f"rot{a:g}": (self._view(x, d), y) for d, a in enumerate(self.angles)}
 
     def train_sizes(self) -> list[int]:
         """Each client's number of training samples (what its local work scales with)."""
@@ -55,7 +72,8 @@ class FederatedData:
 
     def global_test(self, domain: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The global test set as a client of this domain sees it (rotated by its angle)."""
-        return self._view(self.dataset.x_test, domain), torch.tensor(self.dataset.y_test)
+        x, y = self._global_held_out()
+        return self._view(x, domain), torch.tensor(y)
 
     def clients_data(self, client_ids: list[int]) -> list[ClientData]:
         """`client_data` of many clients, each domain's images viewed (rotated, normalised) in one pass over their
@@ -65,7 +83,7 @@ class FederatedData:
         domains = self.partition.domain[client_ids] if len(client_ids) else []
         for d in sorted(set(int(v) for v in domains)):
             group = [c for c, cd in zip(client_ids, domains) if cd == d]
-            rows = [self.partition.train[c] for c in group] + [self.partition.test[c] for c in group]
+            rows = [self.partition.train[c] for c in group] + [self._held_out(c) for c in group]
             lengths = [len(r) for r in rows]
             picked = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
             xs = self._view(ds.x_train[picked], d).split(lengths)
@@ -78,7 +96,7 @@ class FederatedData:
 
     def client_data(self, client_id: int, with_global_test: bool = False) -> ClientData:
         d = int(self.partition.domain[client_id])
-        tr, te = self.partition.train[client_id], self.partition.test[client_id]
+        tr, te = self.partition.train[client_id], self._held_out(client_id)
         ds = self.dataset
         data = ClientData(
             client_id=client_id,

@@ -318,6 +318,26 @@ def make_partition(y_train: np.ndarray, data_cfg, seed: int, owners: np.ndarray 
     return Partition(grouped[1::2], grouped[0::2], domain, tally)
 
 
+VALIDATION_STREAM = 0x7A1  # the validation split's own random stream, apart from the partition's
+
+
+def hold_out_validation(partition: Partition, fraction: float, seed: int) -> tuple[Partition, list[np.ndarray]]:
+    """Each client's validation split: round(|train| · fraction) of its training samples (at least one left to
+    train on), drawn from the seed alone, so every method of a seed holds out the same samples. Returns the
+    partition with those samples taken out of the clients' training sets (in their order) and the splits; with
+    fraction 0, the partition as it is and empty splits."""
+    if fraction == 0:
+        return partition, [np.zeros(0, dtype=np.int64) for _ in partition.train]
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, VALIDATION_STREAM])
+    train, validation = [], []
+    for idx in partition.train:
+        held = np.zeros(len(idx), dtype=bool)
+        held[rng.permutation(len(idx))[:min(int(round(len(idx) * fraction)), max(0, len(idx) - 1))]] = True
+        train.append(idx[~held])
+        validation.append(idx[held])
+    return Partition(train, partition.test, partition.domain, partition.tally), validation
+
+
 def rotate_images(x: np.ndarray, angle: float) -> np.ndarray:
     """Rotate NCHW images by `angle` degrees about their centre (docs/methods/fedfa.md §11, docs/methods/feddebias.md §10.1)."""
     if angle % 360 == 0:

@@ -1,0 +1,68 @@
+"""The best trial's test score, measured once. No trial reads the test sets (pipelines/sweep_objective.py): once
+the trials are done, the best trial's config is run again (the same seed, the same clients' training samples,
+its validation split still held out, one client actor as a trial has) evaluated on the test sets, and the score
+is recorded in the study, beside the trial's validation score. A sweep run again, or `--best`, reports the
+recorded number; the test sets are read again only when another trial has become the best."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from orchestrator import storage
+from orchestrator.config import with_overrides
+from pipelines.sweep_file import Sweep, absolute_paths_of, best_config
+from pipelines.sweep_objective import final_score, shown
+from pipelines.sweep_optuna import best_trial
+
+TEST_ATTR = "best_on_test"  # the study's user attribute holding a BestOnTest
+
+
+@dataclass(frozen=True)
+class BestOnTest:
+    """The best trial's validation score and the same config's test score (None, with the reason, if it has none)."""
+
+    trial: int
+    validation: float
+    test: float | None
+    reason: str = ""
+    mlflow_run_id: str | None = None
+
+    def line(self, metric: str) -> str:
+        test = shown(self.test, metric) if self.test is not None else f"none ({self.reason})"
+        return (f"best trial {self.trial} on the test set: {metric} = {test} "
+                f"(validation {shown(self.validation, metric)}; measured once, the only run that reads the test sets)")
+
+
+def recorded(study) -> BestOnTest | None:
+    """The test score recorded for the study's current best trial, if any."""
+    best, record = best_trial(study), study.user_attrs.get(TEST_ATTR)
+    if best is None or not record or record["trial"] != best.number:
+        return None
+    return BestOnTest(**record)
+
+
+def best_on_test(sweep: Sweep, study, parent_run_id: str | None) -> BestOnTest | None:
+    """The best trial's test score: recorded, or measured now (a run) and recorded; None without a complete trial."""
+    from orchestrator.run import run_experiment
+
+    best = best_trial(study)
+    if best is None:
+        return None
+    if (done := recorded(study)) is not None:
+        return done
+    cfg = with_overrides(absolute_paths_of(best_config(sweep, best)), {
+        "resources.num_actors": 1, "eval.split": "test",
+        "checkpoint.dir": storage.join(sweep.sweep_dir, f"best-on-test-{best.number:04d}")})
+    result = run_experiment(cfg, progress=False, parent_run_id=parent_run_id)
+    score = final_score(sweep.config.objective, result.history, cfg.participation.target_accuracy, split="test")
+    out = BestOnTest(best.number, float(best.value), score.value, score.reason, result.mlflow_run_id)
+    study.set_user_attr(TEST_ATTR, asdict(out))
+    return out
+
+
+def measure_best_on_test(sweep: Sweep, study, tracker) -> BestOnTest | None:
+    """best_on_test, its run nested under the sweep's parent run, and both scores logged on that run."""
+    tested = best_on_test(sweep, study, tracker.run_id)
+    if tested is not None and tested.test is not None:
+        tracker.log_summary({"best_trial_validation": tested.validation, "best_trial_test": tested.test},
+                            step=len(study.trials))
+    return tested

@@ -24,6 +24,7 @@ from orchestrator.methods import build_algorithm
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.engines import choose_engine
+from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
 
@@ -128,7 +129,8 @@ class ClientHost:
             else:
                 torch.manual_seed(torch_seed)
         return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
-                            generator=torch.Generator().manual_seed(generator_seed), device=self.device)
+                            generator=torch.Generator().manual_seed(generator_seed), device=self.device,
+                            local_steps=local_step_count(self.cache.data(cid).num_samples, self.train))
 
     # ------------------------------------------------------------------ the host itself
     def evaluate_global(self, state: State, batch_size: int) -> dict[str, float] | None:

@@ -78,7 +78,9 @@ PERSONALIZED = {"fedavg_pm", "fednh", "fedproto", "fedsa", "local", "local_pm"}
 NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"}
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
 # the drift-correction and server-side baselines (issue 38)
-STATEFUL |= {"scaffold", "feddyn"}
+STATEFUL |= {"scaffold", "feddyn", "fedbn"}
+PERSONALIZED |= {"fedbn"}
+NO_GLOBAL_MODEL |= {"fedbn"}
 UPLOADS_TRAINED_MODEL = {"fedavg", "fedprox", "fedavgm"}
 
 

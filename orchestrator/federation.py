@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.buffered import BufferedAggregation, run_version
+from orchestrator.calibration import calibrated_state
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.client_store import ClientStateStore
@@ -202,7 +203,11 @@ class Server:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, call: CallClients | None) -> dict[str, float]:
         out: dict[str, float] = {}
-        accs = self.global_accuracies(self.state)
+        state = self.state
+        if self.cfg.algorithm.calibration is not None and call is not None:  # CCVR: the calibrated model is judged
+            state, calibration_metrics = calibrated_state(self, call)
+            out.update(calibration_metrics)
+        accs = self.global_accuracies(state)
         if accs:  # None without a global model, {} without a global test set
             out["accuracy"] = float(np.mean(list(accs.values())))
             if len(accs) > 1:

@@ -323,3 +323,15 @@ def test_a_round_failing_inside_a_call_of_several_keeps_the_rounds_before_it_and
     rounds = [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rounds == [1, 2, 3, 4]
     assert checkpoint_rounds(str(run_dir)) == []
+
+
+def test_mooring_new_method_stateful_writes_the_documented_scaffold_sized_method_whose_test_passes(tmp_path):
+    from orchestrator import cli
+
+    documented = re.search(r"### A method with state.*?```python\n(.*?)```", DESIGN.read_text(), re.S).group(1)
+    assert cli.main(["new", "method", "my_scaffold", "--stateful", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "my_scaffold.py").read_text() == documented
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_scaffold.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]

@@ -82,3 +82,15 @@ def test_adam_is_refused_in_one_line_and_momentum_is_announced(tmp_path):
     assert "train.optimizer.momentum=0" in nonfinite_loss_advice(cfg)
     plain = load_config("configs/default.yaml", ["algorithm.name=scaffold", "train.optimizer.momentum=0"])
     assert optimizer_note(plain) == "" and "lower train.optimizer.lr" in nonfinite_loss_advice(plain)
+
+
+def test_a_non_finite_loss_under_momentum_names_the_optimizer(tmp_path):
+    from orchestrator.datasets import prepare_data
+    from orchestrator.federation import NonFiniteLoss, run_in_process
+
+    cfg = load_config("configs/default.yaml", ["algorithm.name=scaffold", "data.num_clients=3", "train.rounds=2",
+                                               "train.optimizer.lr=1e30", f"data.partitions_dir={tmp_path}"])
+    with pytest.raises(NonFiniteLoss, match=r"^round 1: client \d reported training loss .*; scaffold's update "
+                                            r"assumes plain SGD and train.optimizer.momentum is 0.9: try "
+                                            r"train.optimizer.momentum=0"):
+        run_in_process(cfg, prepare_data(cfg))

@@ -83,7 +83,7 @@ class {cls}(Algorithm):
         return {{"c": zeros(self.working_model())}}
 
     def local_objective(self, payload, data, client_state, ctx):
-        correction = {{k: payload["c"][k] - client_state["c"][k] for k in payload["c"]}}
+        correction = {{k: c - client_state["c"][k].to(c.device) for k, c in payload["c"].items()}}
         return LocalObjective(start=payload["model"], inputs={{"correction": on_device(correction, ctx.device)}})
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):  # its gradient adds c − c_i
@@ -92,8 +92,8 @@ class {cls}(Algorithm):
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
         steps = effective_steps(ctx.local_steps, ctx.train.momentum)  # K under plain SGD
-        c, x = client_state["c"], payload["model"]
-        new_c = {{k: c[k] - payload["c"][k] + (x[k] - trained[k]) / (ctx.lr * steps) for k in c}}
+        c, server_c, x = client_state["c"], on_device(payload["c"], "cpu"), on_device(payload["model"], "cpu")
+        new_c = {{k: c[k] - server_c[k] + (x[k] - trained[k]) / (ctx.lr * steps) for k in c}}
         update = ClientUpdate(data.client_id, data.num_samples, tensors=trained, metrics={{"train_loss": train_loss}},
                               stats={{"delta_c": {{k: new_c[k] - c[k] for k in c}}}})  # the extra upload
         return update, {{"c": new_c}}

@@ -67,7 +67,7 @@ class FedDyn(Algorithm):
                 + proximal_term(params, inputs["anchor"], self.params.alpha))
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
-        alpha, start = self.params.alpha, payload["model"]
+        alpha, start = self.params.alpha, on_device(payload["model"], "cpu")  # where `trained` is
         grad = {k: g - alpha * (trained[k] - start[k]) for k, g in client_state["grad"].items()}
         return ClientUpdate(data.client_id, data.num_samples, tensors=trained,
                             metrics={"train_loss": train_loss}), {"grad": grad}

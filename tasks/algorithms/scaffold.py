@@ -73,7 +73,7 @@ class Scaffold(Algorithm):
         return {"c": zeros_like_parameters(self.working_model())}
 
     def local_objective(self, payload, data, client_state, ctx):
-        correction = {name: payload["c"][name] - client_state["c"][name] for name in payload["c"]}
+        correction = {name: c - client_state["c"][name].to(c.device) for name, c in payload["c"].items()}
         return LocalObjective(start=payload["model"], inputs={"correction": on_device(correction, ctx.device)})
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):
@@ -85,7 +85,8 @@ class Scaffold(Algorithm):
         if steps == 0:  # a client without data takes no step and leaves its variate as it was
             new_c = client_state["c"]
         else:
-            new_c = option_two(client_state["c"], payload["c"], payload["model"], trained, ctx.lr, steps)
+            server_c, start = on_device(payload["c"], "cpu"), on_device(payload["model"], "cpu")  # as `trained` is
+            new_c = option_two(client_state["c"], server_c, start, trained, ctx.lr, steps)
         delta_c = {name: new_c[name] - client_state["c"][name] for name in new_c}
         update = ClientUpdate(data.client_id, data.num_samples, tensors=trained, stats={"delta_c": delta_c},
                               metrics={"train_loss": train_loss})

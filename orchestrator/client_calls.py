@@ -18,6 +18,7 @@ class CallKind(Enum):
     PRE_ROUND = "pre_round"  # the pre-round exchange's contribution (methods with pre_round_exchange)
     UPDATE = "update"  # the round's local training
     EVALUATE = "evaluate"  # the client's own (personalized) model on its test data
+    CALIBRATE = "calibrate"  # class statistics under the global model (algorithm.calibration: orchestrator/calibration.py)
 
 
 @dataclass(frozen=True)

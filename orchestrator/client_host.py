@@ -23,7 +23,9 @@ from orchestrator.evaluation import accuracies_on_test_sets
 from orchestrator.methods import build_algorithm
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
+from tasks.algorithms.ccvr import gaussian_stats
 from tasks.algorithms.engines import choose_engine
+from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
 
@@ -66,7 +68,8 @@ class ClientHost:
             return self.trainer.updates(call, errors)
         hook = {CallKind.SETUP: lambda cid: self.setup_contribution(cid),
                 CallKind.PRE_ROUND: lambda cid: self.pre_round(call.payload, cid, call.round),
-                CallKind.EVALUATE: lambda cid: self.evaluate(call.payload, cid, call.round)}[call.kind]
+                CallKind.EVALUATE: lambda cid: self.evaluate(call.payload, cid, call.round),
+                CallKind.CALIBRATE: lambda cid: self.calibration_stats(call.payload, cid)}[call.kind]
         results = {}
         for cid in call.client_ids:
             result = guarded(errors, cid, lambda cid=cid: hook(cid))
@@ -95,6 +98,12 @@ class ClientHost:
         data = self.cache.data(cid)
         return to_device(self.algorithm.client_evaluate(self.cache.here(payload), data, self.cache.state(cid, round_idx),
                                                         self.context(cid, round_idx)), "cpu")
+
+    def calibration_stats(self, payload, cid: int) -> State:
+        """CCVR's class statistics of this client's training split under the payload's model."""
+        data = self.cache.data(cid)
+        model = self.algorithm.working_model(self.cache.here(payload)["model"], key="calibration", device=self.device)
+        return gaussian_stats(model, data.x.to(self.device), data.y.to(self.device), data.num_classes)
 
     def pre_round(self, payload, cid: int, round_idx: int):
         data = self.cache.data(cid)
@@ -128,7 +137,8 @@ class ClientHost:
             else:
                 torch.manual_seed(torch_seed)
         return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
-                            generator=torch.Generator().manual_seed(generator_seed), device=self.device)
+                            generator=torch.Generator().manual_seed(generator_seed), device=self.device,
+                            local_steps=local_step_count(self.cache.data(cid).num_samples, self.train))
 
     # ------------------------------------------------------------------ the host itself
     def evaluate_global(self, state: State, batch_size: int) -> dict[str, float] | None:

@@ -223,11 +223,37 @@ class ModelConfig(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------ algorithm
+class ServerOptimizerConfig(Strict):
+    """A server optimiser on the aggregated update, for any method with a global model
+    (tasks/algorithms/server_optimizers.py): momentum (FedAvgM), adam (FedAdam), yogi (FedYogi)."""
+
+    name: Literal["momentum", "adam", "yogi"]
+    lr: float | None = Field(None, gt=0, description="server learning rate η; null: 1 (momentum), 0.01 (adam, yogi)")
+    momentum: float = Field(0.9, ge=0, lt=1, description="β₁")
+    beta2: float = Field(0.99, gt=0, lt=1, description="β₂ (adam, yogi)")
+    tau: float = Field(1e-3, gt=0, description="τ, adaptivity (adam, yogi)")
+
+
+class CalibrationConfig(Strict):
+    """Post-hoc classifier calibration of the global model before it is evaluated (tasks/algorithms/ccvr.py)."""
+
+    name: Literal["ccvr"]
+    samples_per_class: int = Field(100, ge=1, description="virtual features drawn per class (M_c)")
+    steps: int = Field(100, ge=1, description="SGD steps on the classifier over the virtual features")
+    lr: float = Field(0.01, gt=0, description="the calibration's SGD learning rate")
+    batch_size: int = Field(64, ge=1)
+
+
 class AlgorithmConfig(BaseModel):
-    """`name` plus one block of hyperparameters per algorithm; each block validated by its algorithm."""
+    """`name` plus one block of hyperparameters per algorithm; each block validated by its algorithm. Three
+    settings apply to any method: `averaging` (samples | uniform; default: the method's own), `server_optimizer`
+    and `calibration` (null: none)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
     name: str = "fedavg"
+    averaging: Literal["samples", "uniform"] | None = None
+    server_optimizer: ServerOptimizerConfig | None = None
+    calibration: CalibrationConfig | None = None
 
     @model_validator(mode="after")
     def known_algorithms(self) -> AlgorithmConfig:
@@ -610,6 +636,16 @@ class ExperimentConfig(Strict):
         stranger = clients_outside(read_availability_trace(trace), self.data.num_clients) if trace else None
         if stranger:
             raise NestedFieldError("participation.availability.trace", trace, stranger)
+
+    @model_validator(mode="after")
+    def method_settings_fit(self) -> ExperimentConfig:
+        """The optimizer, averaging, server optimiser and calibration the named method can take."""
+        from orchestrator.method_settings import method_settings_refusal
+
+        key, value, problem = method_settings_refusal(self)
+        if problem:
+            raise NestedFieldError(key, value, problem)
+        return self
 
     @model_validator(mode="after")
     def privacy_fits(self) -> ExperimentConfig:

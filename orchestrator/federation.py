@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.buffered import BufferedAggregation, run_version
+from orchestrator.calibration import calibrated_state
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.client_store import ClientStateStore
@@ -26,7 +27,8 @@ from orchestrator.evaluation import (
     personalized_summary,
 )
 from orchestrator.history_codec import HistoryText, decoded
-from orchestrator.methods import build_algorithm
+from orchestrator.method_settings import nonfinite_loss_advice
+from orchestrator.methods import build_algorithm, server_optimizer_of, server_optimizer_step
 from orchestrator.partial_sums import fold_partial_sums, sums_updates
 from orchestrator.participation import Participation
 from orchestrator.phases import Phases
@@ -52,14 +54,15 @@ class NonFiniteLoss(ValueError):
     """A client's training loss was NaN or infinite (train.on_nonfinite_loss = stop)."""
 
 
-def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int) -> None:
-    """Before aggregation, so the global state stays the last finite one."""
+def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int,
+                        advice: str = "lower train.optimizer.lr (or set train.grad_clip)") -> None:
+    """Before aggregation, so the global state stays the last finite one; `advice`: the likely cure
+    (orchestrator/method_settings.py: nonfinite_loss_advice)."""
     for cid in sorted(results):
         loss = results[cid].metrics.get("train_loss")
         if loss is not None and not math.isfinite(float(loss)):
-            raise NonFiniteLoss(f"round {round_idx + 1}: client {cid} reported training loss {float(loss)}; lower "
-                                "train.optimizer.lr (or set train.grad_clip), or set "
-                                "train.on_nonfinite_loss=continue to go on regardless")
+            raise NonFiniteLoss(f"round {round_idx + 1}: client {cid} reported training loss {float(loss)}; "
+                                f"{advice}, or set train.on_nonfinite_loss=continue to go on regardless")
 
 
 def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
@@ -99,6 +102,7 @@ class Server:
         self.set_up = not self.algorithm.capabilities().setup_exchange
         self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
         self.summed = sums_updates(self.algorithm, cfg)
+        self.server_optimizer = server_optimizer_of(cfg)  # algorithm.server_optimizer, or None
         # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/participation.py)
         sync = cfg.participation.active and cfg.participation.mode == "sync"
         self.participation = Participation(cfg, data) if sync else None
@@ -156,13 +160,15 @@ class Server:
             results, partials, failed_training = trained.results, trained.partial_sums, trained.failed
         with phase("round: aggregate"):
             if self.cfg.train.on_nonfinite_loss == "stop":
-                check_finite_losses(results, t)
+                check_finite_losses(results, t, nonfinite_loss_advice(self.cfg))
             updates = [results[c] for c in sorted(results)]
             before = self.state
             if self.summed and updates:
                 self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
             elif not self.summed:
                 self.state = self.algorithm.aggregate(self.state, updates, t)
+            if self.server_optimizer is not None and updates:
+                self.state = server_optimizer_step(self.algorithm, self.server_optimizer, before, self.state)
             self.state = self.privacy.private_state(self.state, updates, t, self.summed)
         self.round = t + 1
         with phase("round: metrics"):
@@ -202,7 +208,11 @@ class Server:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, call: CallClients | None) -> dict[str, float]:
         out: dict[str, float] = {}
-        accs = self.global_accuracies(self.state)
+        state = self.state
+        if self.cfg.algorithm.calibration is not None and call is not None:  # CCVR: the calibrated model is judged
+            state, calibration_metrics = calibrated_state(self, call)
+            out.update(calibration_metrics)
+        accs = self.global_accuracies(state)
         if accs:  # None without a global model, {} without a global test set
             out["accuracy"] = float(np.mean(list(accs.values())))
             if len(accs) > 1:

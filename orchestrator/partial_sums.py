@@ -57,6 +57,7 @@ def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Ten
 
 def sums_updates(algorithm: Algorithm, cfg) -> bool:
     """Whether this run's actors return partial sums: asked for, and the method's aggregation and round
-    metrics are FedAvg's (a weighted mean of the client models, nothing else read from them)."""
+    metrics are FedAvg's (a weighted mean of the client models, nothing else read from them), weighted by samples."""
     capabilities = algorithm.capabilities()
-    return cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
+    return (cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
+            and algorithm.averaging == "samples")

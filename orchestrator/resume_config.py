@@ -30,8 +30,9 @@ def comparable(cfg: ExperimentConfig) -> dict[str, Any]:
     d = cfg.to_dict()
     model_options = MODELS.get(cfg.model.name).params(**cfg.model.options).model_dump(mode="json")
     d["model"] = {k: v for k, v in d["model"].items() if k not in model_options} | model_options
+    shared = {k: v for k in ("averaging", "server_optimizer", "calibration") if (v := d["algorithm"].get(k)) is not None}
     d["algorithm"] = {"name": cfg.algorithm.name,
-                      cfg.algorithm.block_name: cfg.algorithm.params_for().model_dump(mode="json")}
+                      cfg.algorithm.block_name: cfg.algorithm.params_for().model_dump(mode="json"), **shared}
     return json.loads(json.dumps(flatten(d)))
 
 

@@ -24,6 +24,7 @@ from orchestrator import resume_config, run_lock, storage
 from orchestrator.artifacts import finish_artifacts, import_plotting_meanwhile
 from orchestrator.config import ExperimentConfig
 from orchestrator.history_codec import decoded
+from orchestrator.method_settings import optimizer_note
 from orchestrator.phases import Phases
 from orchestrator.results import RunResult, summarize, summary_metrics
 from orchestrator.round_loop import backfill_tracking, run_rounds
@@ -49,6 +50,9 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     request = RunRequest(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
                          from_round, data)
+    note = optimizer_note(cfg)  # a plain-SGD method under momentum: its documented adjustment, in one line
+    if note and progress:
+        print(f"note: {note}", file=sys.stderr)
     with StopSignals() as stop:
         return _run(request, stop)
 

@@ -1,10 +1,12 @@
 """The server and client halves of the baselines against hand computations."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from orchestrator.federation import sample_clients
-from tasks.algorithms.base import ClientUpdate, local_batches, nbytes, weighted_average
+from tasks.algorithms.base import ClientUpdate, Setup, local_batches, nbytes, weighted_average
 from tasks.algorithms.fedavg import FedAvg
 from tasks.algorithms.fedprox import proximal_term
 
@@ -19,9 +21,11 @@ def test_weighted_average_matches_hand_computation():
 
 
 def test_fedavg_aggregate_is_sample_weighted():
-    algo = FedAvg.__new__(FedAvg)
+    setup = Setup(num_classes=2, input_shape=(1,), num_clients=2, model_name="mlp")
     ups = [ClientUpdate(0, 10, {"w": torch.tensor([0.0])}), ClientUpdate(1, 30, {"w": torch.tensor([4.0])})]
-    assert algo.aggregate({"model": None}, ups, 0)["model"]["w"].item() == 3.0  # (10·0 + 30·4)/40
+    assert FedAvg(FedAvg.Params(), setup).aggregate({"model": None}, ups, 0)["model"]["w"].item() == 3.0  # (10·0 + 30·4)/40
+    uniform = FedAvg(FedAvg.Params(), replace(setup, averaging="uniform"))  # algorithm.averaging: uniform
+    assert uniform.aggregate({"model": None}, ups, 0)["model"]["w"].item() == 2.0  # (0 + 4)/2
 
 
 def test_fedprox_proximal_gradient_is_mu_times_distance():

@@ -77,6 +77,11 @@ STATEFUL = {"fedavg_periodic", "fedavg_pm", "feddebias", "fedfm_lite", "fednh", 
 PERSONALIZED = {"fedavg_pm", "fednh", "fedproto", "fedsa", "local", "local_pm"}
 NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"}
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
+# the drift-correction and server-side baselines (issue 38)
+STATEFUL |= {"scaffold", "feddyn", "fedbn"}
+PERSONALIZED |= {"fedbn"}
+NO_GLOBAL_MODEL |= {"fedbn"}
+UPLOADS_TRAINED_MODEL = {"fedavg", "fedprox", "fedavgm"}
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names())
@@ -89,4 +94,4 @@ def test_the_built_in_methods_keep_their_treatment(name):
     assert caps.pre_round_exchange == (name == "fedfm")
     assert caps.vectorizable == (name != "feddebias")  # FedFA: its client_update is its step_hooks' sequential form
     assert caps.averages_models == (name in AVERAGING)
-    assert caps.uploads_trained_model == (name in {"fedavg", "fedprox"})
+    assert caps.uploads_trained_model == (name in UPLOADS_TRAINED_MODEL)

@@ -91,7 +91,7 @@ def cited_sections() -> dict[tuple[str, str], str]:
 
 def test_every_section_the_code_cites_is_a_heading_of_a_method_page_in_the_repository():
     cited = cited_sections()
-    assert len({page for page, _ in cited}) == 5  # the five papers' methods
+    assert {"feddebias", "fedfa", "fedfm", "fednh", "fedsa"} <= {page for page, _ in cited}  # the five papers' methods
     missing = []
     for (page, section), where in sorted(cited.items()):
         text = (ROOT / "docs" / "methods" / f"{page}.md").read_text(encoding="utf-8")

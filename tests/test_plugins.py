@@ -427,6 +427,8 @@ def test_an_import_failing_inside_a_library_names_the_line_of_one_s_own_module(l
     assert str(e.value).replace(str(lab) + "/", "").endswith(
         "cannot import my_lab.broken: JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
         "column 2 (char 1) (my_lab/broken.py, line 3)")
+
+
 def test_no_outside_code_resumes_a_run_directory_from_someone_else_without_running_its_modules(tmp_path, monkeypatch,
                                                                                               capsys):
     """A run directory received from someone else: its config names `helper:load`, and helper.py lies beside it.
@@ -459,3 +461,15 @@ def test_no_outside_code_resumes_a_run_directory_from_someone_else_without_runni
         assert ran.exists()
     finally:
         sys.modules.pop("helper", None)
+
+
+def test_mooring_new_method_stateful_writes_the_documented_scaffold_sized_method_whose_test_passes(tmp_path):
+    from orchestrator import cli
+
+    documented = re.search(r"### A method with state.*?```python\n(.*?)```", DESIGN.read_text(), re.S).group(1)
+    assert cli.main(["new", "method", "my_scaffold", "--stateful", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "my_scaffold.py").read_text() == documented
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_scaffold.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]

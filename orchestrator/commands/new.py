@@ -1,7 +1,8 @@
 """`mooring new method NAME`: a method file of your own and its test, to fill in.
 
 The method is FedProx, as docs/design.md's "Adding a method" shows it (a test checks that the two agree): a
-method that runs as written, whose loss you then replace with yours. The test checks its loss against a hand
+method that runs as written, whose loss you then replace with yours; with --stateful, SCAFFOLD-sized (client state,
+server state, an extra upload), as that section's "A method with state" shows it. The test checks its loss against a hand
 computation on tiny tensors; change it with the loss. Nothing is overwritten."""
 from __future__ import annotations
 
@@ -47,18 +48,110 @@ def test_the_loss_is_cross_entropy_plus_half_mu_times_the_squared_distance_to_th
 '''
 
 
+STATEFUL_METHOD = '''"""{cls}: a method with client state, server state and an extra upload (SCAFFOLD's control variates), to
+replace with yours. Clients step along g − c_i + c, keep c_i and send its change beside the model; the server keeps c."""
+import torch
+
+from tasks.algorithms.base import (
+    Algorithm,
+    ClientUpdate,
+    LocalObjective,
+    cross_entropy,
+    on_device,
+    state_of,
+    weighted_average,
+)
+from tasks.algorithms.local_sgd import effective_steps
+
+
+def zeros(model):
+    return {{name: torch.zeros_like(p) for name, p in model.named_parameters()}}
+
+
+class {cls}(Algorithm):
+    name = "{name}"
+    plain_sgd = "c_i's update divides by the momentum-weighted step count"  # Adam is refused
+
+    def init_global(self):  # the server state: the model and c
+        model = self.new_model()
+        return {{"model": state_of(model), "c": zeros(model)}}
+
+    def payload(self, state, round_idx):  # what goes down to each client of the round
+        return {{"model": state["model"], "c": state["c"]}}
+
+    def init_client(self, data):  # a client's state, kept between its rounds (and in checkpoints)
+        return {{"c": zeros(self.working_model())}}
+
+    def local_objective(self, payload, data, client_state, ctx):
+        correction = {{k: c - client_state["c"][k].to(c.device) for k, c in payload["c"].items()}}
+        return LocalObjective(start=payload["model"], inputs={{"correction": on_device(correction, ctx.device)}})
+
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):  # its gradient adds c − c_i
+        linear = sum((p * inputs["correction"][name]).sum() for name, p in params.items())
+        return cross_entropy(logits, y, weight) + linear
+
+    def client_result(self, trained, train_loss, payload, data, client_state, ctx):
+        steps = effective_steps(ctx.local_steps, ctx.train.momentum)  # K under plain SGD
+        c, server_c, x = client_state["c"], on_device(payload["c"], "cpu"), on_device(payload["model"], "cpu")
+        new_c = {{k: c[k] - server_c[k] + (x[k] - trained[k]) / (ctx.lr * steps) for k in c}}
+        update = ClientUpdate(data.client_id, data.num_samples, tensors=trained, metrics={{"train_loss": train_loss}},
+                              stats={{"delta_c": {{k: new_c[k] - c[k] for k in c}}}})  # the extra upload
+        return update, {{"c": new_c}}
+
+    def aggregate(self, state, updates, round_idx):
+        if not updates:
+            return state
+        model = weighted_average([u.tensors for u in updates], [u.num_samples for u in updates])
+        n = self.setup.num_clients
+        c = {{k: v + sum(u.stats["delta_c"][k] for u in updates) / n for k, v in state["c"].items()}}
+        return {{**state, "model": model, "c": c}}
+'''
+
+STATEFUL_TEST = '''"""{cls}'s control-variate update by hand: one client, one step (run: python -m pytest test_{name}.py)."""
+import torch
+import torch.nn.functional as F
+
+from tasks.algorithms.base import ClientData, RoundContext, Setup, TrainSettings
+from {name} import {cls}
+
+
+def test_after_one_plain_sgd_step_the_client_variate_is_the_gradient_at_the_start():
+    train = TrainSettings(lr=0.1, batch_size=3, local_epochs=1)  # three samples in one batch: one step
+    setup = Setup(num_classes=2, input_shape=(3,), num_clients=2, model_name="mlp",
+                  model_options={{"hidden": [], "feature_dim": 2}}, train=train)
+    method = {cls}({cls}.Params(), setup)
+    x, y = torch.tensor([[1.0, 0.0, 2.0], [0.5, -1.0, 0.0], [0.0, 1.0, 1.0]]), torch.tensor([0, 1, 1])
+    state = method.init_global()
+    state["c"] = {{k: torch.full_like(v, 0.3) for k, v in state["c"].items()}}  # any c and c_i
+    client = {{"c": {{k: torch.full_like(v, -0.2) for k, v in state["c"].items()}}}}
+    ctx = RoundContext(0, 0, train, torch.Generator().manual_seed(0), local_steps=1)
+    data = ClientData(0, x, y, x[:0], y[:0], num_classes=2)
+    update, new_client = method.client_update(method.payload(state, 0), data, client, ctx)
+    model = method.new_model()
+    model.load_state_dict(state["model"])
+    F.cross_entropy(model(x), y).backward()
+    for name, p in model.named_parameters():  # y = x − η(g + c − c_i), so c_i⁺ = c_i − c + (x − y)/η = g
+        assert torch.allclose(new_client["c"][name], p.grad, atol=1e-5)
+        assert torch.allclose(update.stats["delta_c"][name], p.grad + 0.2, atol=1e-5)
+'''
+
+
 def configure(parser) -> None:
     sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
     method = sub.add_parser("method", help="write NAME.py (a method to fill in) and test_NAME.py")
     method.add_argument("name", help="the method's name: a Python identifier (my_prox, class MyProx), not a built-in "
                         "method's nor a module's that it would shadow (random, os, torch)")
     method.add_argument("--dir", default=".", help="where to write the two files (default: here)")
+    method.add_argument("--stateful", action="store_true",
+                        help="a method with client state, server state and an extra upload (SCAFFOLD-sized) "
+                             "instead of FedProx's loss")
 
 
-def method_files(name: str) -> dict[str, str]:
-    """{file name: text} of a new method NAME and its test."""
+def method_files(name: str, stateful: bool = False) -> dict[str, str]:
+    """{file name: text} of a new method NAME and its test: FedProx's loss, or with `stateful` SCAFFOLD's state."""
     values = {"name": name, "cls": method_class(name)}
-    return {f"{name}.py": METHOD.format(**values), f"test_{name}.py": TEST.format(**values)}
+    method, test = (STATEFUL_METHOD, STATEFUL_TEST) if stateful else (METHOD, TEST)
+    return {f"{name}.py": method.format(**values), f"test_{name}.py": test.format(**values)}
 
 
 def check_name(name: str, directory: Path) -> None:
@@ -99,7 +192,7 @@ def main(args) -> int:
 
     directory = Path(args.dir)
     check_name(args.name, directory)
-    files = method_files(args.name)
+    files = method_files(args.name, args.stateful)
     existing = [str(directory / f) for f in files if (directory / f).exists()]
     if existing:
         raise ConfigError(f"mooring new method: {', '.join(existing)} already exists; nothing was written")

@@ -119,6 +119,7 @@ class Setup:
     train: TrainSettings = field(default_factory=TrainSettings)
     seed: int = 0
     stats_privacy: StatsDP = field(default_factory=StatsDP)  # privacy.stats (tasks/privacy/class_stats.py)
+    averaging: str | None = None  # algorithm.averaging: "samples" | "uniform"; None: the method's default_averaging
 
 
 @dataclass
@@ -156,6 +157,9 @@ class RoundContext:
     # features summed per class (a ClassMeans) where the objective asks (LocalObjective.record_seen: FedProto's
     # upload), or a method's own record (FedFA's anchor estimate)
     recorded: Any = None
+    # the number of optimizer steps this client takes this round (local_sgd.local_step_count), set by the host
+    # that trains it, so a method reads K here rather than drawing the batches again (SCAFFOLD, FedNova)
+    local_steps: int | None = None
 
     @property
     def lr(self) -> float:
@@ -275,6 +279,14 @@ class Algorithm:
     not_vectorized: ClassVar[str] = ""
     # a variant kept for one paper's protocol (another evaluation, a sync period), left out of `--algorithms all`
     protocol_variant: ClassVar[bool] = False
+    # a method whose update formula assumes plain SGD (SCAFFOLD's option II, FedNova) says here, in one line, what it
+    # does under SGD momentum (its documented adjustment); Adam is then refused (tasks/algorithms/local_sgd.py)
+    plain_sgd: ClassVar[str] = ""
+    # how the server weighs clients when it averages (algorithm.averaging overrides): "samples" (n_k) or "uniform"
+    default_averaging: ClassVar[str] = "samples"
+    # whether a method that aggregates in its own way still weighs clients by `aggregation_weights` (the base
+    # class's aggregate does), so that algorithm.averaging may be set for it
+    follows_averaging: ClassVar[bool] = False
 
     @classmethod
     def capabilities(cls) -> Capabilities:
@@ -319,8 +331,16 @@ class Algorithm:
     def aggregate(self, state: State, updates: list[ClientUpdate], round_idx: int) -> State:
         if not updates:
             return state
-        weights = [u.num_samples for u in updates]
-        return {**state, "model": weighted_average([u.tensors for u in updates], weights)}
+        return {**state, "model": weighted_average([u.tensors for u in updates], self.aggregation_weights(updates))}
+
+    @property
+    def averaging(self) -> str:
+        """"samples" or "uniform": algorithm.averaging where set, else the method's own default."""
+        return self.setup.averaging or self.default_averaging
+
+    def aggregation_weights(self, updates: list[ClientUpdate]) -> list[float]:
+        """Each update's weight in the server's average: its client's sample count n_k, or 1 (uniform)."""
+        return [1.0 if self.averaging == "uniform" else u.num_samples for u in updates]
 
     def global_model(self, state: State) -> FLModel | None:
         return self.working_model(state["model"], key="eval") if self.capabilities().global_model else None

@@ -1,4 +1,4 @@
-"""Small models sized for 8×8 digits (and any flat input): an MLP and a CNN.
+"""Small models sized for 8×8 digits (and any flat input): an MLP, a CNN, and the CNN with BatchNorm (FedBN).
 
 The MLP is the reproduction model of docs/methods/fedfa.md §11 (64 → 128 → 64, ReLU) with configurable widths,
 so the other specs' digits protocols (docs/methods/fedfm.md §12: 64 → 64 → 32; docs/methods/fednh.md §12; docs/methods/feddebias.md §10.2) are
@@ -49,9 +49,11 @@ class DigitsCNNParams(ModelParams):
 class DigitsCNN(FLModel):
     """Conv(1,16,3,p1)-ReLU-Conv(16,32,3,p1)-ReLU-MaxPool2 → FC-ReLU = h → FC (docs/methods/fedfa.md §11)."""
 
+    registered_as = "digits_cnn"  # the model's name in errors
+
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: DigitsCNNParams):
         super().__init__()
-        c, h, w = image_shape((1, *input_shape) if len(input_shape) == 2 else tuple(input_shape), "digits_cnn",
+        c, h, w = image_shape((1, *input_shape) if len(input_shape) == 2 else tuple(input_shape), self.registered_as,
                               min_side=2)
         self._shape = (c, h, w)
         convs: list[nn.Module] = []
@@ -71,5 +73,24 @@ class DigitsCNN(FLModel):
         return self.fc(self.conv(x.reshape(-1, *self._shape)))
 
 
+class DigitsCNNBN(DigitsCNN):
+    """DigitsCNN with BatchNorm after every convolution and the feature layer (conv-BN-ReLU, FC-BN-ReLU), the
+    layout of FedBN's digits CNN (docs/methods/fedbn.md): the model FedBN keeps the BatchNorm layers of."""
+
+    registered_as = "digits_cnn_bn"
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, params: DigitsCNNParams):
+        super().__init__(input_shape, num_classes, params)
+        convs: list[nn.Module] = []
+        for layer in self.conv:
+            convs.append(layer)
+            if isinstance(layer, nn.Conv2d):
+                convs.append(nn.BatchNorm2d(layer.out_channels))
+        self.conv = nn.Sequential(*convs)
+        flatten, linear, relu = self.fc
+        self.fc = nn.Sequential(flatten, linear, nn.BatchNorm1d(params.feature_dim), relu)
+
+
 register_model("mlp", MLPParams)(MLP)
 register_model("digits_cnn", DigitsCNNParams)(DigitsCNN)
+register_model("digits_cnn_bn", DigitsCNNParams)(DigitsCNNBN)

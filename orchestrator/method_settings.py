@@ -1,0 +1,54 @@
+"""The settings any method may take beside its own block (the optimizer, algorithm.averaging,
+algorithm.server_optimizer, algorithm.calibration), checked against what the named method can do: one line per
+refusal, at config validation, so `run`, `compare`, `sweep` and `claims` refuse before anything runs."""
+from __future__ import annotations
+
+
+def method_settings_refusal(cfg) -> tuple[str, object, str]:
+    """(key, value, why) of the first setting the named method cannot take; ("", None, "") if none."""
+    from tasks.algorithms import ALGORITHMS
+    from tasks.algorithms.local_sgd import optimizer_refusal
+
+    method, algorithm = ALGORITHMS.get(cfg.algorithm.name), cfg.algorithm
+    can = method.capabilities()
+    refusal = optimizer_refusal(method, cfg.train.optimizer.name)
+    if refusal:
+        return "train.optimizer.name", cfg.train.optimizer.name, refusal
+    if algorithm.averaging and not (can.averages_models or method.follows_averaging):
+        return "algorithm.averaging", algorithm.averaging, (f"{method.name} aggregates in its own way, which "
+                                                            "does not read algorithm.averaging; leave it unset")
+    for key, setting in (("server_optimizer", algorithm.server_optimizer), ("calibration", algorithm.calibration)):
+        if setting is None:
+            continue
+        if not can.global_model:
+            return f"algorithm.{key}", setting.name, f"{method.name} has no global model to {key.replace('_', ' ')}"
+        if cfg.participation.mode == "buffered":
+            return f"algorithm.{key}", setting.name, "buffered aggregation has no round to apply it to"
+    if algorithm.calibration is not None and cfg.privacy_settings.active:
+        return ("algorithm.calibration", algorithm.calibration.name,
+                "CCVR's class means and covariances would leave the clients unprotected by the privacy block")
+    if algorithm.server_optimizer is not None and method.name == "fedavgm":
+        return ("algorithm.server_optimizer", algorithm.server_optimizer.name,
+                "fedavgm already steps its server momentum (algorithm.fedavgm); run fedavg with a server optimiser")
+    return "", None, ""
+
+
+def optimizer_note(cfg) -> str:
+    """The one line a run prints where the method's plain-SGD formula meets momentum ("" otherwise)."""
+    from tasks.algorithms import ALGORITHMS
+    from tasks.algorithms.local_sgd import optimizer_note as note
+
+    opt = cfg.train.optimizer
+    return note(ALGORITHMS.get(cfg.algorithm.name), opt.name, opt.momentum)
+
+
+def nonfinite_loss_advice(cfg) -> str:
+    """What a non-finite training loss most likely asks of the user: the optimiser where the method's formula
+    assumes plain SGD and the run uses momentum, else the learning rate."""
+    from tasks.algorithms import ALGORITHMS
+
+    method, opt = ALGORITHMS.get(cfg.algorithm.name), cfg.train.optimizer
+    if method.plain_sgd and opt.momentum > 0:
+        return (f"{method.name}'s update assumes plain SGD and train.optimizer.momentum is {opt.momentum:g}: "
+                "try train.optimizer.momentum=0 (or a lower train.optimizer.lr)")
+    return "lower train.optimizer.lr (or set train.grad_clip)"

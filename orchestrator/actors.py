@@ -51,8 +51,8 @@ class ClientActor:
         self.host = host_for_run(self.cfg, ray.get(data_box[0]), self.client_ids, self.run_dir, rounds_done, self.device)
 
     def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
-        """The host's answers to `call` with `payload` (a client that raises fails alone, with its error in one
-        line), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
+        """The host's answers to `call` with `payload` (a method's exception raises as a MethodError naming the
+        client: tasks/algorithms/faults.py), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
         payload is an argument of its own so that Ray resolves it where it is an object-store reference."""
         if self.host is None:
             return None

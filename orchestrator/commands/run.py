@@ -28,6 +28,9 @@ def print_summary(result, tracking_uri: str | None) -> None:
           f"  global model:        final {pct(result.final_accuracy)}, best {pct(result.best_accuracy)}\n"
           f"  personalized models: final {pct(result.personalized_accuracy)}, "
           f"best {pct(result.best_personalized_accuracy)}")
+    if result.clients_failed:
+        print(f"  failed clients:      {result.clients_failed} (left out of their round: their client actor was lost "
+              "twice; clients_failed in metrics.jsonl says which rounds)")
     print(f"run directory: {result.run_dir}")
     if result.mlflow_run_id:
         print(f"MLflow run {result.mlflow_run_id} in {tracking_uri}; browse with `mooring ui`")

@@ -97,10 +97,9 @@ def hook_frames(algorithm_class: type) -> set[tuple[str, str]]:
     out = set()
     for cls in algorithm_class.__mro__:
         for name in hooks & set(vars(cls)):
-            try:
-                out.add((inspect.getsourcefile(vars(cls)[name]), name))
-            except TypeError:  # built without a source file
-                continue
+            code = getattr(inspect.unwrap(getattr(vars(cls)[name], "__func__", vars(cls)[name])), "__code__", None)
+            if code is not None:  # as a traceback names it (a relative path stays relative)
+                out.add((code.co_filename, name))
     return out
 
 

@@ -40,7 +40,9 @@ def test_a_failed_round_is_never_checkpointed_and_the_resume_gives_the_uninterru
     with pytest.raises(RunError) as failed:
         run_experiment(cfg, progress=False, run_dir=run_dir)
     assert ckpt.checkpoint_rounds(run_dir) == [1, 2]
-    assert f"the last checkpoint is {run_dir}/checkpoints/round-000002;" in str(failed.value)
+    assert str(failed.value).startswith("round 3 failed: failing_round_metrics's round_metrics raised KeyError: "
+                                        "'cc' (the server, round 3); once the method is fixed: the last checkpoint "
+                                        f"is {run_dir}/checkpoints/round-000002;")
     flag.unlink()
     resumed = run_experiment(cfg, progress=False, resume_dir=run_dir)
     assert [m["round"] for m in resumed.history] == [1, 2, 3, 4, 5, 6]

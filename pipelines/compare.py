@@ -80,7 +80,16 @@ class Comparison:
     @property
     def failed(self) -> list[dict[str, Any]]:
         """The rows of the runs that failed, each with its reason under "failed"."""
-        return [row for row in self.rows if row["failed"]]
+        return [row for row in self.rows if row.get("failed")]
+
+    def require_finished(self, what: str) -> None:
+        """For a caller that reads every run (claims, benchmarks): a failed run is an error, not a missing seed."""
+        if self.failed:
+            from orchestrator.run_errors import RunError
+
+            first = self.failed[0]
+            raise RunError(f"{what}: {len(self.failed)} of {len(self.rows)} runs failed, the first {first['variant']} "
+                           f"seed {first['seed']}: {first['failed']}")
 
 
 def absolute_paths(cfg):
@@ -283,7 +292,7 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
         by_variant.setdefault(row["variant"], []).append(row)
     table = []
     for variant, all_rows in by_variant.items():
-        rows = [r for r in all_rows if not r["failed"]]
+        rows = [r for r in all_rows if not r.get("failed")]
         entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
         for name, key in ACCURACIES:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
@@ -291,7 +300,7 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
         entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
         for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
             entry[key] = mean_std([r.get(key) for r in rows])[0]
-        failed = "; ".join(f"seed {r['seed']}: {r['failed']}" for r in all_rows if r["failed"])
+        failed = "; ".join(f"seed {r['seed']}: {r['failed']}" for r in all_rows if r.get("failed"))
         table.append(entry | clock_columns(rows) | {"failed": failed or None})
     return table
 
@@ -327,7 +336,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
         eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
         lines.append(f"{row['variant']:<28} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
                      + (f" {format_clock(row)}" if clock else ""))
-        if row["failed"]:
+        if row.get("failed"):
             lines.append(f"  FAILED {row['variant']}: {row['failed']}")
     legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
     return "\n".join(lines + legend)

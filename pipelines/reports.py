@@ -27,7 +27,7 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
                                  "MLflow run"],
                         [[row["variant"], ", ".join(f"{k}={v}" for k, v in variants[row["variant"]].items()),
                           str(row["seed"]), *[format_accuracy(row[key], None) for _, key in ACCURACIES],
-                          f"failed: {row['failed']}" if row["failed"] else str(row["rounds"]),
+                          f"failed: {row['failed']}" if row.get("failed") else str(row["rounds"]),
                           run_link(tracker, row["mlflow_run_id"])] for row in comp.rows])
     figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
     if clock:

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import torch
+
 FRAMES_SHOWN = 4  # the traceback's last frames a MethodError shows
 
 
 def checked_loss(loss):
     """The loss `local_loss` returned, refused unless a scalar tensor: a float carries no gradient, and a vector
     (a loss per sample) is no one loss to step on (both engines check it as they get it)."""
-    import torch
-
     if isinstance(loss, torch.Tensor) and loss.dim() == 0:
         return loss
     what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"

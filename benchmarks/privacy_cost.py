@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
                                      f"tracking.uri=sqlite:///{out / 'mlflow.db'}"])
     comp = compare(base, variants(args.methods.split(","), levels), seeds, out / "compare", parallel=args.parallel,
                    progress=False)
+    comp.require_finished("privacy cost")
     report(comp.histories, levels, out, task)
 
 

@@ -51,8 +51,8 @@ class ClientActor:
         self.host = host_for_run(self.cfg, ray.get(data_box[0]), self.client_ids, self.run_dir, rounds_done, self.device)
 
     def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
-        """The host's answers to `call` with `payload` (a client that raises fails alone, with its error in one
-        line), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
+        """The host's answers to `call` with `payload` (a method's exception raises as a MethodError naming the
+        client: tasks/algorithms/faults.py), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
         payload is an argument of its own so that Ray resolves it where it is an object-store reference."""
         if self.host is None:
             return None
@@ -166,8 +166,10 @@ class CoordinatorActor:
 
     def run_rounds(self, count: int) -> list[tuple[dict[str, Any], float]]:
         """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
-        orchestrator/round_loop.py): each one's metrics and seconds. A round that fails after others of the call
-        ended is raised by the next call (or checkpoint), so that the driver first records those that ended."""
+        orchestrator/round_loop.py): each one's metrics and seconds. A failed round is recorded, so that the calls
+        the driver queued behind it raise it too: it left the server half-changed (its round counted, its state
+        perhaps aggregated), and no later round or checkpoint may build on that. A round that fails after others
+        of the call ended is raised by the next call (or checkpoint), so that the driver first records those."""
         self.raise_failure()
         ended = []
         for _ in range(count):
@@ -175,9 +177,9 @@ class CoordinatorActor:
             try:
                 metrics = self.run_round()
             except Exception as e:
+                self.failure = e
                 if not ended:
                     raise
-                self.failure = e
                 break
             ended.append((metrics, time.perf_counter() - start))
         return ended

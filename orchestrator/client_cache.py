@@ -10,6 +10,7 @@ import torch
 from orchestrator.client_store import ClientStateStore
 from tasks.algorithms import Algorithm
 from tasks.algorithms.base import to_device
+from tasks.algorithms.faults import BadHookResult, method_hook
 from tasks.data.federated import FederatedData
 
 
@@ -90,23 +91,50 @@ class ClientCache:
     # ------------------------------------------------------------------ state
     def state(self, cid: int, round_idx: int):
         """The client's state as round `round_idx` begins (an evaluation's round index is the rounds done)."""
-        if cid not in self.hosted:
-            return self.algorithm.init_client(self.data(cid))
-        state = self.states.get(cid, upto=round_idx)
+        state = self.states.get(cid, upto=round_idx) if cid in self.hosted else None
         if state is None:
-            state = self.algorithm.init_client(self.data(cid))
-            self.states.keep_fresh(cid, state)
+            with method_hook(self.algorithm, round_idx, [cid]):
+                state = self.algorithm.init_client(self.data(cid))
+            if cid in self.hosted:
+                self.states.keep_fresh(cid, state)
         return state
 
-    def keep_state(self, cid: int, state, round_idx: int) -> None:
+    def keep_state(self, cid: int, state, round_idx: int, hook: str) -> None:
         """A method without client state is given back the state it started from (an empty one): nothing to write,
         so 100,000 clients of FedAvg leave no file each behind. One that returns a state all the same has it
-        refused, not dropped."""
+        refused, not dropped. A state is checked as `hook` returns it, before it is written: one that could not be
+        read back is the method's error now, not the resume's later."""
         if not self.algorithm.capabilities().keeps_client_state:
             if state:
                 raise UndeclaredClientState(
                     f"{self.algorithm.name} returned a client state ({', '.join(map(str, state))}) but declares "
                     "keeps_client_state = False, so it would be dropped; declare keeps_client_state = True to keep it")
             return
+        with method_hook(self.algorithm, round_idx, [cid]):
+            check_client_state(state, hook)
         if cid in self.hosted:
             self.states.put(cid, to_device(state, "cpu"), round_idx + 1)
+
+
+# what a client state may hold: it is written with torch.save and read back with weights_only=True (no pickled code)
+STATE_LEAVES = (torch.Tensor, bool, int, float, str, type(None))
+STATE_CONTAINERS = (dict, OrderedDict, list, tuple, torch.Size)
+STATE_ALLOWED = ("a client state holds tensors, numbers, strings and None, in dicts, lists and tuples (it is saved "
+                 "with torch.save and read back with weights_only=True)")
+
+
+def check_client_state(state, hook: str) -> None:
+    """Refuse, naming where, a state holding anything but tensors, numbers, strings and None in dicts, lists and
+    tuples (a dict's keys too): torch would save it, and refuse to load it on the next round or a resume."""
+    pending = [(state, "")]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, STATE_LEAVES):
+            continue
+        if type(value) not in STATE_CONTAINERS:
+            raise BadHookResult(hook, f"{hook} returned a client state holding a {type(value).__module__}."
+                                      f"{type(value).__qualname__} at state{where}; {STATE_ALLOWED}")
+        if isinstance(value, dict):
+            pending += [(key, f"{where} (a key)") for key in value]
+        pending += [(item, f"{where}[{key!r}]") for key, item in (value.items() if isinstance(value, dict)
+                                                                  else enumerate(value))]

@@ -47,7 +47,9 @@ class ClientCall:
 @dataclass
 class ClientResults:
     """A call's answers: `results` {client: result} in client-id order, the partial sums of summed updates (their
-    clients' results then carry no model), and {client: one-line error} of the clients that failed."""
+    clients' results then carry no model), and {client: one-line error} of the clients that failed: whose actor
+    was lost twice (orchestrator/client_pool.py). A client host never fails a client alone: a method's exception
+    or an I/O error stops the call."""
 
     results: dict[int, Any] = field(default_factory=dict)
     partial_sums: list[PartialSum] = field(default_factory=list)
@@ -62,17 +64,3 @@ class ClientResults:
     def failed(self) -> list[int]:
         return sorted(self.errors)
 
-
-def one_line(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-
-
-def guarded(errors: dict[int, str] | None, cid: int, work):
-    """work(), or None with its error recorded under `cid` in `errors`; without `errors`, an error raises."""
-    if errors is None:
-        return work()
-    try:
-        return work()
-    except Exception as err:  # noqa: BLE001 - reported per client
-        errors[cid] = one_line(err)
-        return None

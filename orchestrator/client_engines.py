@@ -1,12 +1,13 @@
 """A round's local training on a client host, by engine (train.engine): one client after another (sequential), or
 a batch of clients per architecture trained together (vectorized, tasks/algorithms/engines.py). Either returns the
-updates, or with `summed` (resources.partial_sums) the updates without models and their partial sums."""
+updates, or with `summed` (resources.partial_sums) the updates without models and their partial sums. A method's
+exception leaves as a MethodError naming its client(s) and round (tasks/algorithms/faults.py)."""
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
-from orchestrator.client_calls import ClientCall, ClientResults, guarded, one_line
+from orchestrator.client_calls import ClientCall, ClientResults
 from orchestrator.partial_sums import PartialSum, sum_updates
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import nbytes, to_device
@@ -17,18 +18,18 @@ from tasks.algorithms.engines import (
     round_batches,
     train_vectorized,
 )
+from tasks.algorithms.faults import method_hook
 
 if TYPE_CHECKING:
     from orchestrator.client_host import ClientHost
 
 
-def results_of(updates: dict[int, ClientUpdate], summed: bool, errors: dict[int, str],
-               uniform: bool) -> ClientResults:
+def results_of(updates: dict[int, ClientUpdate], summed: bool, uniform: bool) -> ClientResults:
     """`uniform` (privacy.models): the clipped updates weigh 1 each in their partial sum."""
     if not summed:
-        return ClientResults(updates, [], errors)
+        return ClientResults(updates)
     stripped, partials = sum_updates(updates, uniform)
-    return ClientResults(stripped, partials, errors)
+    return ClientResults(stripped, partials)
 
 
 class SequentialEngine:
@@ -37,14 +38,11 @@ class SequentialEngine:
     def __init__(self, host: ClientHost):
         self.host = host
 
-    def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
-        """With `errors`, a client that fails is left out and its error recorded there; without, it raises."""
-        host, updates = self.host, {}
-        for cid, seeds in zip(call.client_ids, host.round_seeds(call.client_ids, call.round)):
-            update = guarded(errors, cid, lambda cid=cid, seeds=seeds: host.update(call.payload, cid, call.round, seeds))
-            if update is not None:
-                updates[cid] = update
-        return results_of(updates, call.summed, errors if errors is not None else {}, host.model_dp.active)
+    def updates(self, call: ClientCall) -> ClientResults:
+        host = self.host
+        updates = {cid: host.update(call.payload, cid, call.round, seeds)
+                   for cid, seeds in zip(call.client_ids, host.round_seeds(call.client_ids, call.round))}
+        return results_of(updates, call.summed, host.model_dp.active)
 
 
 class VectorizedEngine:
@@ -59,53 +57,40 @@ class VectorizedEngine:
         self.sums_stacked = (capabilities.uploads_trained_model and not capabilities.keeps_client_state
                              and not host.model_dp.active)  # each update is clipped apart first
 
-    def updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
-        """With `errors`, a client that fails before or after training is left out and its error recorded, and a
-        batch that fails fails its clients together; without, any failure raises. A call of one client trains it
-        on the sequential engine: batching one client buys nothing, and vmap's fixed cost is most of a tiny
-        client's round (benchmarks/README.md, "Fixed cost")."""
+    def updates(self, call: ClientCall) -> ClientResults:
+        """A call of one client trains it on the sequential engine: batching one client buys nothing, and vmap's
+        fixed cost is most of a tiny client's round (benchmarks/README.md, "Fixed cost")."""
         if len(call.client_ids) == 1:
-            return self.single.updates(call, errors)
-        if errors is None:
-            return self._updates(call, None)
-        try:
-            return self._updates(call, errors)
-        except Exception as err:  # noqa: BLE001 - training failed: its clients fail together, the actor goes on
-            return ClientResults(errors={**{cid: one_line(err) for cid in call.client_ids}, **errors})
-
-    def _updates(self, call: ClientCall, errors: dict[int, str] | None) -> ClientResults:
+            return self.single.updates(call)
         algorithm = self.host.algorithm
         start = time.perf_counter()
         updates, partials = {}, []
-        for key, group in self._prepared_rounds(call, errors).items():
+        for key, group in self._prepared_rounds(call).items():
             model = algorithm.working_model(key=key)
-            if call.summed and self.sums_stacked:
-                partial, summed_updates = self._summed_group(model, group)
-                partials.append(partial)
-                updates.update(summed_updates)
-                continue
-            batch = train_vectorized(algorithm, model, [r for _, r in group])
+            with method_hook(algorithm, call.round, [cid for cid, _ in group]):  # trained together
+                if call.summed and self.sums_stacked:
+                    partial, summed_updates = self._summed_group(model, group)
+                    partials.append(partial)
+                    updates.update(summed_updates)
+                    continue
+                batch = train_vectorized(algorithm, model, [r for _, r in group])
             for (cid, r), result in zip(group, batch.each()):
-                update = guarded(errors, cid, lambda cid=cid, r=r, result=result: self._finish(call, cid, r, result))
-                if update is not None:
-                    updates[cid] = update
+                updates[cid] = self._finish(call, cid, r, result)
         seconds = (time.perf_counter() - start) / max(1, len(call.client_ids))  # the clients' share of the batch's time
         for update in updates.values():
             update.metrics.setdefault("seconds", seconds)
-        ordered = {cid: updates[cid] for cid in call.client_ids if cid in updates}
-        errors = errors if errors is not None else {}
+        ordered = {cid: updates[cid] for cid in call.client_ids}
         if call.summed and self.sums_stacked:
-            return ClientResults(ordered, partials, errors)
-        return results_of(ordered, call.summed, errors, self.host.model_dp.active)
+            return ClientResults(ordered, partials)
+        return results_of(ordered, call.summed, self.host.model_dp.active)
 
-    def _prepared_rounds(self, call: ClientCall,
-                         errors: dict[int, str] | None) -> dict[object, list[tuple[int, ClientRound]]]:
+    def _prepared_rounds(self, call: ClientCall) -> dict[object, list[tuple[int, ClientRound]]]:
         """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""
         rounds: dict[object, list[tuple[int, ClientRound]]] = {}
         for cid, seeds in zip(call.client_ids, self.host.round_seeds(call.client_ids, call.round)):
-            prepared = guarded(errors, cid, lambda cid=cid, seeds=seeds: self._client_round(call, cid, seeds))
-            if prepared is not None:
-                rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
+            with method_hook(self.host.algorithm, call.round, [cid]):
+                prepared = self._client_round(call, cid, seeds)
+            rounds.setdefault(prepared.objective.model_key, []).append((cid, prepared))
         return rounds
 
     def _client_round(self, call: ClientCall, cid: int, seeds: tuple[int, int]) -> ClientRound:
@@ -137,7 +122,9 @@ class VectorizedEngine:
 
     def _finish(self, call: ClientCall, cid: int, r: ClientRound, result) -> ClientUpdate:
         host = self.host
-        update, state = host.algorithm.client_result(result.state, result.train_loss, host.cache.here(call.payload),
-                                                     r.data, host.cache.state(cid, r.ctx.round), r.ctx)
-        host.cache.keep_state(cid, state, r.ctx.round)
+        client_state = host.cache.state(cid, r.ctx.round)
+        with method_hook(host.algorithm, r.ctx.round, [cid]):
+            update, state = host.algorithm.client_result(result.state, result.train_loss, host.cache.here(call.payload),
+                                                         r.data, client_state, r.ctx)
+        host.cache.keep_state(cid, state, r.ctx.round, "client_result")
         return host.private(to_device(update, "cpu"), call.payload, r.ctx.round)

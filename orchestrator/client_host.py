@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from orchestrator.client_cache import ClientCache
-from orchestrator.client_calls import CallKind, ClientCall, ClientResults, guarded
+from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_engines import SequentialEngine, VectorizedEngine
 from orchestrator.client_store import ClientStateStore
 from orchestrator.evaluation import accuracies_on_test_sets
@@ -25,6 +25,7 @@ from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
 from tasks.algorithms.engines import choose_engine
+from tasks.algorithms.faults import method_hook
 from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
@@ -59,31 +60,32 @@ class ClientHost:
         return self.cache.states
 
     # ------------------------------------------------------------------ calls
-    def call(self, call: ClientCall, raise_errors: bool = False) -> ClientResults:
-        """The call for each of its clients, in order. A client that raises fails alone, with its error in one line
-        (on the vectorized engine a failed batch of updates fails its clients together); with `raise_errors`
-        (one process, no actors) the error raises instead."""
-        errors = None if raise_errors else {}
+    def call(self, call: ClientCall) -> ClientResults:
+        """The call for each of its clients, in order. A method's exception stops it as a MethodError naming the
+        hook, client and round (tasks/algorithms/faults.py); any other error raises as it is (a full disk while a
+        client's state is written is an I/O error, not a failed client)."""
         if call.kind is CallKind.UPDATE:
-            return self.trainer.updates(call, errors)
+            return self.trainer.updates(call)
         hook = {CallKind.SETUP: lambda cid: self.setup_contribution(cid),
                 CallKind.PRE_ROUND: lambda cid: self.pre_round(call.payload, cid, call.round),
                 CallKind.EVALUATE: lambda cid: self.evaluate(call.payload, cid, call.round),
                 CallKind.CALIBRATE: lambda cid: self.calibration_stats(call.payload, cid)}[call.kind]
+        # the round it happens in (0-based): set-up is before round 0, an evaluation's index is the rounds done
+        round_idx = {CallKind.SETUP: -1, CallKind.EVALUATE: call.round - 1}.get(call.kind, call.round)
         results = {}
         for cid in call.client_ids:
-            result = guarded(errors, cid, lambda cid=cid: hook(cid))
-            if errors is None or cid not in errors:
-                results[cid] = result
-        return ClientResults(results, [], errors if errors is not None else {})
+            with method_hook(self.algorithm, round_idx, [cid]):
+                results[cid] = hook(cid)
+        return ClientResults(results)
 
     def update(self, payload, cid: int, round_idx: int, seeds: tuple[int, int] | None = None) -> ClientUpdate:
         """One client's round of local training (the sequential engine's step)."""
         start = time.perf_counter()
-        data = self.cache.data(cid)
-        update, state = self.algorithm.client_update(self.cache.here(payload), data, self.cache.state(cid, round_idx),
-                                                     self.context(cid, round_idx, seeds=seeds))
-        self.cache.keep_state(cid, state, round_idx)
+        data, client_state = self.cache.data(cid), self.cache.state(cid, round_idx)
+        with method_hook(self.algorithm, round_idx, [cid]):
+            update, state = self.algorithm.client_update(self.cache.here(payload), data, client_state,
+                                                         self.context(cid, round_idx, seeds=seeds))
+        self.cache.keep_state(cid, state, round_idx, "client_update")
         update = self.private(to_device(update, "cpu"), payload, round_idx)
         update.metrics.setdefault("seconds", time.perf_counter() - start)
         return update

@@ -6,7 +6,8 @@ history does not depend on where its clients train: the coordinator's host is on
 
 ActorPool: a round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
 sends each sampled client to the actor that hosts it (sticky assignment), collects updates as they finish,
-retries a client once if its actor died, and leaves out (and counts) a client that fails twice. Clients of a
+retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice; any other
+error (a method's, an I/O error) stops the round. Clients of a
 method that keeps no client state are instead balanced over the actors by their local work (see `plan_round`).
 Each actor gets one call per round with all of its clients: a Ray call costs milliseconds, a small client's
 update not many more.
@@ -43,11 +44,6 @@ class ClientPool(Protocol):
     def info(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
 
 
-def report_failures(call: ClientCall, results: ClientResults) -> None:
-    for cid, error in results.errors.items():
-        print(f"round {call.round + 1}: client {cid} failed in {call.name}: {error}", flush=True)
-
-
 # ------------------------------------------------------------------------------- in the coordinator
 class CoordinatorClients:
     """Every client hosted in the coordinator's process: a round costs no Ray call and no serialisation, which on
@@ -69,9 +65,7 @@ class CoordinatorClients:
 
     def call(self, call: ClientCall) -> ClientResults:
         with self.phases(f"{call.name}: host work in the coordinator"):
-            results = self.host.call(call)
-        report_failures(call, results)
-        return results
+            return self.host.call(call)
 
     def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
         from orchestrator.actors import checkpoint_states
@@ -218,13 +212,14 @@ class ActorPool:
                     pending[self._call(actor_idx, call.to(group))] = (actor_idx, group, 1)
                 else:
                     gathered.errors.update({cid: f"its actor (#{actor_idx}) died twice" for cid in group})
+                    print(f"round {call.round + 1}: client actor #{actor_idx} died twice in {call.name}; its "
+                          f"clients {', '.join(map(str, group))} are left out", flush=True)
                 continue
             answered, host_seconds = answer
             # what a call costs beyond the host's own work: the Ray round trip, (de)serialising payload and results
             phases.add(f"{call.name}: actor host work", host_seconds)
             phases.add(f"{call.name}: actor call beyond it", time.perf_counter() - sent - host_seconds)
             gathered.add(answered)
-            report_failures(call, answered)
         return gathered
 
     def _call(self, actor_idx: int, call: ClientCall):

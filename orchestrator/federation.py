@@ -35,6 +35,7 @@ from orchestrator.phases import Phases
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import State, derive_seed, nbytes
 from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
+from tasks.algorithms.faults import method_hook
 from tasks.data.federated import FederatedData
 from tasks.privacy.server import ServerPrivacy
 
@@ -78,10 +79,8 @@ CallClients = Callable[[ClientCall], ClientResults]
 
 
 def in_process_calls(host: ClientHost) -> CallClients:
-    """The host's answers in this process, where a client's error raises (there is no actor to outlive it)."""
-    def call(request: ClientCall) -> ClientResults:
-        return host.call(request, raise_errors=True)
-    return call
+    """The host's answers in this process."""
+    return host.call
 
 
 class Server:
@@ -133,12 +132,19 @@ class Server:
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
-        self.state = self.algorithm.server_setup(self.state, contributions)
+        with method_hook(self.algorithm, -1):
+            self.state = self.algorithm.server_setup(self.state, contributions)
         self.set_up = True
 
     def run_round(self, call: CallClients) -> dict[str, Any]:
-        if self.buffered is not None:
-            return run_version(self, call)
+        """One round (or buffered version); a method's exception in it leaves as a MethodError naming its hook
+        (tasks/algorithms/faults.py), its clients' raised where they ran."""
+        with method_hook(self.algorithm, self.round):
+            if self.buffered is not None:
+                return run_version(self, call)
+            return self._run_round(call)
+
+    def _run_round(self, call: CallClients) -> dict[str, Any]:
         t, phase = self.round, self.phases
         with phase("round: sample, payload"):
             payload = self.privacy.payload(self.algorithm.payload(self.state, t))

@@ -5,7 +5,7 @@ import ipaddress
 import logging
 import os
 import socket
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from urllib.parse import urlparse
 
 from orchestrator.run_errors import RunError
@@ -82,3 +82,20 @@ def ensure_ray(address: str | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions too (a node that timed out during start-up)
         raise RunError(f"could not connect to Ray at {address or 'a new local instance'}: "
                        f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
+
+
+def end_local_instance(orderly: bool) -> None:
+    """End the local Ray instance this process started, with every process of it. `orderly`: through
+    ray.shutdown (each process stopped in turn); else the processes are killed at once, as the kernel does to
+    the instance's fate-shared ones when this process exits. Either way its dashboard and runtime-env agents,
+    which Ray leaves to notice their raylet's end by themselves (about a minute later), end now: they are this
+    process's descendants (the raylet's children) until the raylet ends, so they are listed first."""
+    import psutil
+    import ray
+
+    descendants = psutil.Process().children(recursive=True)
+    if orderly and ray.is_initialized():
+        ray.shutdown()
+    for process in descendants:
+        with suppress(psutil.Error):  # ended already
+            process.kill()

@@ -32,11 +32,14 @@ class RunResult:
     time_to_target: float | None = None
     dp_epsilon: float | None = None  # privacy.models: ε for privacy.delta after the last round (docs/privacy.md)
     dp_epsilon_stats: float | None = None  # privacy.stats: the same for the class statistics
+    # clients left out of their round because their actor was lost twice (orchestrator/client_pool.py), all rounds
+    clients_failed: int = 0
+    error: dict[str, Any] | None = None  # a failed run's failure (orchestrator/run_errors.py, RunError.details)
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
                 "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "dp_epsilon", "dp_epsilon_stats",
-                "history")
+                "clients_failed", "error", "history")
         d = asdict(self)
         clock = {k: d[k] for k in ("simulated_seconds", "time_to_target")} if self.simulated_seconds is not None else {}
         return {k: d[k] for k in keys} | clock | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
@@ -85,7 +88,7 @@ def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> Run
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
         dp_epsilon=s["dp_epsilon"], dp_epsilon_stats=s["dp_epsilon_stats"],
         personalized_eval_clients=evaluated_clients(cfg), simulated_seconds=s.get("simulated_seconds"),
-        time_to_target=s.get("time_to_target"), **kw)
+        time_to_target=s.get("time_to_target"), clients_failed=sum(m.get("clients_failed", 0) for m in history), **kw)
 
 
 def evaluated_clients(cfg: ExperimentConfig) -> str | None:

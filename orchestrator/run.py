@@ -30,7 +30,7 @@ from orchestrator.results import RunResult, summarize, summary_metrics
 from orchestrator.round_loop import backfill_tracking, run_rounds
 from orchestrator.run_context import RoundRecord, RunContext, RunRequest
 from orchestrator.run_dir import RunLog, check_output_dirs, new_run_dir, resume_snapshot, strict_json
-from orchestrator.run_errors import RunError, coordinator_lost, disk_full, remote_error, resume_hint
+from orchestrator.run_errors import RunError, coordinator_lost, disk_full, failed, resume_hint
 from orchestrator.run_start import set_up
 from orchestrator.signals import RunInterrupted, StopSignals
 from orchestrator.tracking import Tracker
@@ -111,18 +111,19 @@ def _start(ctx: RunContext):
         if not ctx.resumed:
             storage.remove_tree(ctx.log.run_dir)
         if isinstance(e, ray.exceptions.RayError):
-            raise RunError(f"the run could not start: {remote_error(e)}") from None
+            raise failed("the run could not start", e, "start the run again") from None
         raise
 
 
 def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord, result_now):
     """The rounds, then the final state: (MLflow status, final state, stop message or None, result). Whatever happens,
-    result.json is written (from `result_now()`) and the coordinator ends; a failure ends the MLflow run and
-    is one line."""
+    result.json is written (from `result_now()`, with the failure's details if any) and the coordinator ends; a
+    failure ends the MLflow run FAILED, with its details as tags, and is one line (a method's fault adds the
+    traceback's last frames below it)."""
     import ray
 
     run_dir, history = ctx.log.run_dir, record.history
-    status, final_state, interrupted = "FAILED", None, None
+    status, final_state, interrupted, error = "FAILED", None, None, None
     try:
         ctx.stop.in_rounds = True
         import_plotting_meanwhile(run_dir)
@@ -131,12 +132,13 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
             final_state = _final_state(ctx, coordinator)
         status = "FINISHED" if len(history) == ctx.cfg.train.rounds else "KILLED"
     except ray.exceptions.RayActorError as e:
-        tracker.end("FAILED")
-        raise RunError(coordinator_lost(run_dir, len(history), e)) from None
+        error = RunError(coordinator_lost(run_dir, len(history), e))
+        end_failed(tracker, error)
+        raise error from None
     except ray.exceptions.RayTaskError as e:
-        tracker.end("FAILED")
-        raise disk_full(run_dir, e) or RunError(f"round {len(history) + 1} failed: {remote_error(e)}; "
-                                                f"{resume_hint(run_dir)}") from None
+        error = disk_full(run_dir, e) or failed(f"round {len(history) + 1} failed", e, resume_hint(run_dir))
+        end_failed(tracker, error)
+        raise error from None
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise RunInterrupted(f"stopped during round {len(history) + 1}; {resume_hint(run_dir)}",
@@ -147,11 +149,22 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
     finally:
         ctx.stop.in_rounds = False
         result = result_now()
+        result.error = error.details if error is not None else None
         ray.kill(coordinator)
         # a full disk here must not hide the error already on its way out
         with suppress(OSError) if sys.exc_info()[1] is not None else nullcontext():
             ctx.log.write("result.json", strict_json(result.to_json(), indent=1))
     return status, final_state, interrupted, result
+
+
+def end_failed(tracker: Tracker, error: RunError) -> None:
+    """The MLflow run ended FAILED, with what failed as tags: the line, and a method's fault's hook, clients,
+    round and frames."""
+    fault = error.fault
+    tracker.set_tags({"error": str(error)[:5000]} | ({
+        "error.method": fault.method, "error.hook": fault.hook, "error.round": fault.round,
+        "error.clients": ",".join(map(str, fault.clients)) or "server"} if fault else {}))
+    tracker.end("FAILED")
 
 
 def _final_state(ctx: RunContext, coordinator):

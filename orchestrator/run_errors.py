@@ -1,12 +1,44 @@
-"""A run's failures as one line each for the user: what went wrong, and how to go on (resume or start again)."""
+"""A run's failures as one line each for the user: what went wrong, and how to go on (resume or start again); a
+method's own bug as that line and the traceback's last frames."""
 from __future__ import annotations
+
+from typing import Any
 
 from orchestrator import checkpoint as ckpt
 from orchestrator import storage
+from tasks.algorithms.faults import MethodError, MethodFault
 
 
 class RunError(Exception):
-    """A run could not start or continue; the message is one line for the user."""
+    """A run could not start or continue; the message is one line for the user (a method's fault adds its
+    traceback's last frames below it). `details`: what result.json and MLflow record of it."""
+
+    def __init__(self, message: str, fault: MethodFault | None = None):
+        super().__init__(message)
+        self.fault = fault
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"message": str(self).splitlines()[0], **({"method_fault": self.fault.to_json()} if self.fault else {})}
+
+
+def method_fault(err: BaseException) -> MethodFault | None:
+    """The method's fault behind `err`, raised here or in a Ray actor (through each actor that passed it on)."""
+    while err is not None:
+        if isinstance(err, MethodError) and hasattr(err, "fault"):  # Ray's copy of the class lacks the fault
+            return err.fault
+        err = getattr(err, "cause", None)
+    return None
+
+
+def failed(what: str, err: BaseException, then: str) -> RunError:
+    """`what` failed because of `err`, then how to go on: a method's own bug as its hook, client and round, the
+    way on once it is fixed, and the traceback's last frames below; anything else in one line."""
+    fault = method_fault(err)
+    if fault is None:
+        return RunError(f"{what}: {remote_error(err)}; {then}")
+    frames = "".join(f"\n  at {frame}" for frame in fault.frames)
+    return RunError(f"{what}: {fault.headline}; once the method is fixed: {then}{frames}", fault)
 
 
 def remote_error(err: Exception) -> str:

@@ -151,6 +151,7 @@ def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str 
         echo(f"{cfg.name} / {setting}")
         comps[setting] = compare(with_overrides(base, overrides), claims.methods, seeds, out_dir / setting,
                                  address=address, echo=echo)
+        comps[setting].require_finished(f"{cfg.name} / {setting}")
     verdicts = [paired_verdict(c, comps[c.setting], c.metric or claims.metric) for c in claims.checks]
     return comps, verdicts
 

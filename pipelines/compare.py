@@ -4,6 +4,8 @@ Every variant of a seed runs on exactly the same partition (the partition depend
 and the seed). Runs go to Ray as tasks, as many at a time as the CPUs hold, each with its own coordinator
 and client actors, each an MLflow run nested under one parent run. The table (CSV and Parquet), every
 history (JSON), a PNG of accuracy by round and a shareable report.html are saved and logged to the parent run.
+A run that fails (a method's bug, a non-finite loss) is a row marked failed with its reason, the others go on,
+and the comparison exits non-zero.
 """
 from __future__ import annotations
 
@@ -76,6 +78,20 @@ class Comparison:
     def values(self, variant: str, spec: str) -> dict[int, float | None]:
         return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
 
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The rows of the runs that failed, each with its reason under "failed"."""
+        return [row for row in self.rows if row.get("failed")]
+
+    def require_finished(self, what: str) -> None:
+        """For a caller that reads every run (claims, benchmarks): a failed run is an error, not a missing seed."""
+        if self.failed:
+            from orchestrator.run_errors import RunError
+
+            first = self.failed[0]
+            raise RunError(f"{what}: {len(self.failed)} of {len(self.rows)} runs failed, the first {first['variant']} "
+                           f"seed {first['seed']}: {first['failed']}")
+
 
 def absolute_paths(cfg):
     """Local paths made absolute, so runs in Ray workers write where the driver reads."""
@@ -145,10 +161,16 @@ def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=pri
         r = results.get((job.variant, job.seed))
         if r is None:
             continue
+        target = job.cfg.participation.target_accuracy
+        if isinstance(r, RunFailed):
+            out.rows.append({"variant": job.variant, "algorithm": job.cfg.algorithm.name, "seed": job.seed,
+                             **summary_metrics([], target), "rounds": None, "wall_seconds": None,
+                             "mlflow_run_id": None, "run_dir": job.run_dir, "failed": r.reason})
+            continue
         out.histories.setdefault(job.variant, {})[job.seed] = r.history
         out.rows.append({"variant": job.variant, "algorithm": r.algorithm, "seed": job.seed,
-                         **summary_metrics(r.history, job.cfg.participation.target_accuracy), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
-                         "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir})
+                         **summary_metrics(r.history, target), "rounds": r.rounds, "wall_seconds": r.wall_seconds,
+                         "mlflow_run_id": r.mlflow_run_id, "run_dir": r.run_dir, "failed": None})
     if stop.signum is not None:
         out.stopped = Stopped(stop.signum, [j for j in jobs if (j.variant, j.seed) not in results])
     return out
@@ -174,13 +196,45 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
         if not done:
             continue
         job = pending.pop(done[0])
-        result = ray.get(done[0])
-        results[(job.variant, job.seed)] = result
-        write(f"  {job.variant:<28} seed {job.seed:<5} global {_pct(result.final_accuracy)}  "
-              f"personalized {_pct(result.personalized_accuracy)}  ({result.wall_seconds:.0f} s)")
+        result = results[(job.variant, job.seed)] = outcome(done[0])
+        if isinstance(result, RunFailed):
+            write(f"  {job.variant:<28} seed {job.seed:<5} failed: {result.message}")
+        else:
+            write(f"  {job.variant:<28} seed {job.seed:<5} global {_pct(result.final_accuracy)}  "
+                  f"personalized {_pct(result.personalized_accuracy)}  ({result.wall_seconds:.0f} s)")
         starting = queue[:max(0, parallel - len(pending))]  # submitted at the top of the next pass
         shown.advance(1, running([*pending.values(), *starting]))
     return pending
+
+
+@dataclass
+class RunFailed:
+    """A run that failed (its RunError, orchestrator/run_errors.py): `message` as the run said it (a method's fault
+    with its last frames), `reason` its first line, for the table."""
+
+    message: str
+
+    @property
+    def reason(self) -> str:
+        return self.message.splitlines()[0]
+
+
+def outcome(ref):
+    """The RunResult of a run's task, or RunFailed where the run failed in a way it reports (a RunError); anything
+    else raises."""
+    import ray
+
+    from orchestrator.run_errors import RunError
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        cause = e.cause
+        while isinstance(cause, ray.exceptions.RayTaskError):  # Ray's copy of the class, not the error itself
+            cause = cause.cause
+        if not isinstance(cause, RunError):
+            raise
+        return RunFailed(str(cause))
 
 
 def stop_runs(pending: dict[Any, Job], results: dict) -> None:
@@ -201,7 +255,7 @@ def stop_runs(pending: dict[Any, Job], results: dict) -> None:
             ray.cancel(ref, force=True)
     for ref in done:
         try:
-            result = ray.get(ref)
+            result = outcome(ref)
         except Exception:  # noqa: BLE001 - interrupted (RunInterrupted in the task) or killed: not finished
             continue
         results[(pending[ref].variant, pending[ref].seed)] = result
@@ -249,7 +303,8 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
     for row in comp.rows:
         by_variant.setdefault(row["variant"], []).append(row)
     table = []
-    for variant, rows in by_variant.items():
+    for variant, all_rows in by_variant.items():
+        rows = [r for r in all_rows if not r.get("failed")]
         entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
         if variant in comp.settings:
             entry["settings"] = settings_text(comp.settings[variant])
@@ -259,7 +314,8 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
         entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
         for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
             entry[key] = mean_std([r.get(key) for r in rows])[0]
-        table.append(entry | clock_columns(rows))
+        failed = "; ".join(f"seed {r['seed']}: {r['failed']}" for r in all_rows if r.get("failed"))
+        table.append(entry | clock_columns(rows) | {"failed": failed or None})
     return table
 
 
@@ -299,6 +355,8 @@ def format_table(table: list[dict[str, Any]]) -> str:
         eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
         lines.append(f"{row['variant']:<{width}} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
                      + (f" {format_clock(row)}" if clock else ""))
+        if row.get("failed"):
+            lines.append(f"  FAILED {row['variant']}: {row['failed']}")
     settings = [f"  {row['variant']}: {row['settings']}" for row in table if row.get("settings")]
     legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
     return "\n".join(lines + (["settings (over the base config):", *settings] if settings else []) + legend)
@@ -391,7 +449,7 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
         tracker.end_running_children("KILLED")
         tracker.end("KILLED")
         raise RunInterrupted(stopped_message(comp, len(jobs), out_dir), comp.stopped.signum)
-    tracker.end("FINISHED")
+    tracker.end("FAILED" if comp.failed else "FINISHED")
     return comp
 
 
@@ -497,6 +555,11 @@ def main(args) -> int:
             table if paired is None else {"variants": table, "paired": paired[1]}, indent=1))
     print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
+    if comp.failed:
+        from orchestrator.cli import RUN_ERROR
+
+        print(f"error: {len(comp.failed)} of {len(comp.rows)} runs failed (marked FAILED in the table)", file=sys.stderr)
+        return RUN_ERROR
     return 0
 
 

@@ -22,13 +22,14 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
                            [[row["variant"], row.get("settings"), str(row["seeds"]),
                              *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
                                for name, _ in ACCURACIES],
-                             mb(row["bytes_sent"]), f"{row['wall_seconds']:.0f}"]
+                             mb(row["bytes_sent"]), None if row["wall_seconds"] is None else f"{row['wall_seconds']:.0f}"]
                             + (list(clock_cells(row)) if clock else []) for row in table])
     runs = report.Table("Runs", ["variant", "parameters", "seed", "global accuracy", "personalized accuracy", "rounds",
                                  "MLflow run"],
                         [[row["variant"], ", ".join(f"{k}={v}" for k, v in variants[row["variant"]].items()),
                           str(row["seed"]), *[format_accuracy(row[key], None) for _, key in ACCURACIES],
-                          str(row["rounds"]), run_link(tracker, row["mlflow_run_id"])] for row in comp.rows])
+                          f"failed: {row['failed']}" if row.get("failed") else str(row["rounds"]),
+                          run_link(tracker, row["mlflow_run_id"])] for row in comp.rows])
     figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
     if clock:
         figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))

@@ -36,6 +36,9 @@ def print_summary(result, tracking_uri: str | None) -> None:
           f"  global model:        final {pct(result.final_accuracy)}, best {pct(result.best_accuracy)}\n"
           f"  personalized models: final {pct(result.personalized_accuracy)}, "
           f"best {pct(result.best_personalized_accuracy)}")
+    if result.clients_failed:
+        print(f"  failed clients:      {result.clients_failed} (left out of their round: their client actor was lost "
+              "twice; clients_failed in metrics.jsonl says which rounds)")
     print(f"run directory: {result.run_dir}")
     if result.mlflow_run_id:
         print(f"MLflow run {result.mlflow_run_id} in {tracking_uri}; browse with `mooring ui`")
@@ -72,7 +75,7 @@ def main(args) -> int:
         with open(args.output_json, "w") as f:
             json.dump(result.to_json(), f, indent=1)
     if args.profile:
-        print_profile(result, before_run)
+        print_profile(result, before_run, ray_started_here)
     if ray_started_here:
         exit_without_ray_shutdown()
     return 0
@@ -141,12 +144,16 @@ def exit_without_ray_shutdown() -> None:
     """End this process now, the result written, instead of waiting for Ray's orderly shutdown of the local
     instance this process started (it stops each of Ray's processes in turn, giving each up to a second).
     Ray starts that instance's processes fate-shared with this one (on Linux the kernel kills them when this
-    process exits, elsewhere Ray's reaper process does), and its workers exit when their raylet does."""
+    process exits, elsewhere Ray's reaper process does), and its workers exit when their raylet does; its
+    dashboard and runtime-env agents are not, and are killed here (`end_local_instance`)."""
     import os
     import sys
 
+    from orchestrator.ray_start import end_local_instance
+
     sys.stdout.flush()
     sys.stderr.flush()
+    end_local_instance(orderly=False)
     os._exit(0)
 
 
@@ -159,25 +166,28 @@ def seconds_since_launch() -> float:
     return time.time() - psutil.Process().create_time()
 
 
-def print_profile(result, before_run: dict[str, list[float]]) -> None:
+def print_profile(result, before_run: dict[str, list[float]], ray_started_here: bool) -> None:
     """Every phase's count, median and total (see orchestrator/phases.py), then Ray's shutdown, timed here."""
     import time
 
     import ray
 
     from orchestrator.phases import profile_table
+    from orchestrator.ray_start import end_local_instance
 
     shutdown = time.perf_counter()
-    ray.shutdown()
+    if ray_started_here:
+        end_local_instance(orderly=True)
+    else:
+        ray.shutdown()
     phases = {**before_run, **result.phases, "end: Ray shutdown": [time.perf_counter() - shutdown]}
     print("\nwhere the time went (a phase marked 'in the background' overlaps others):")
     print(profile_table(phases))
 
 
 def shutdown_ray() -> None:
-    """Stop the Ray instance this command started (or disconnect from a cluster) before exiting, so none of
-    its processes outlive the command."""
-    import ray
+    """Stop the Ray instance this command started before exiting, so none of its processes outlive the
+    command."""
+    from orchestrator.ray_start import end_local_instance
 
-    if ray.is_initialized():
-        ray.shutdown()
+    end_local_instance(orderly=True)

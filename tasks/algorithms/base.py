@@ -40,6 +40,7 @@ from torch import nn
 from torch.func import functional_call
 
 from tasks.algorithms.capabilities import Capabilities, derive_capabilities
+from tasks.algorithms.faults import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 from tasks.privacy.mechanisms import clip_rows
@@ -516,7 +517,7 @@ def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn
         h, logits = model(x, return_features=True)
         if recorder is not None:
             recorder.add(h, y)
-        loss = loss_fn(params, x, y, h, logits, inputs)
+        loss = checked_loss(loss_fn(params, x, y, h, logits, inputs))
         step(optimizer, loss, model, ctx)
         if after_step is not None:
             after_step(model, x, y)

@@ -36,6 +36,7 @@ from tasks.algorithms.base import (
     TrainSettings,
     batch_indices,
 )
+from tasks.algorithms.faults import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.privacy.mechanisms import clip_rows
 
@@ -336,7 +337,8 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         inputs = tree_unflatten([next(it) if b else leaf for leaf, b in zip(leaves, batched)], spec) if leaves else {}
         tensors = {**p, **fixed_k}
         h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
-        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k), h.detach()
+        return checked_loss(algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)), \
+            h.detach()
 
     losses_of = vmap(client_loss)
     batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
@@ -424,7 +426,7 @@ def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRou
     def client_loss(x_k, y_k, w_k):
         tensors = {**theta, **fixed}
         h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
-        return algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)
+        return checked_loss(algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k))
 
     losses = vmap(client_loss)(x[0], y[0], weight[0])
     w = torch.tensor(weights, dtype=losses.dtype, device=device)

@@ -116,18 +116,24 @@ def render_table(spec: TableFile, table_id: str, columns: list[ColumnPlan],
         lines.append(f"| {escape(spec.rows[row_id].label)} | " + " | ".join(row_cells) + " |")
     taus = [format_tau(*column_tau(c, cells[(table_id, c.index)])) if c.setting else "–" for c in cols]
     lines.append("| Kendall's τ | " + " | ".join(taus) + " |")
-    lines += ["", "Columns: " + "; ".join(column_note(c) for c in cols) + "."]
+    lines += ["", *column_notes(cols)]
     if table.notes:
         lines += ["", table.notes.strip()]
     return lines + [""]
 
 
-def column_note(c: ColumnPlan) -> str:
-    if c.setting is None:
-        return f"{c.column.name}: not expressible ({c.reason})"
-    spread = f", ± = `{c.column.spread_metric}`" if c.column.spread_metric else ""
-    rank = ", τ on the ±" if c.column.rank_by == "spread" else ""
-    return f"{c.column.name}: setting `{c.setting}`, `{c.metric}`{spread}{rank}"
+def column_notes(cols: list[ColumnPlan]) -> list[str]:
+    """How each column is reproduced, columns sharing a setting and metric (or a reason) named together."""
+    groups: dict[str, list[str]] = {}
+    for c in cols:
+        if c.setting is None:
+            how = f"not expressible: {c.reason}"
+        else:
+            spread = f", ± = `{c.column.spread_metric}`" if c.column.spread_metric else ""
+            rank = ", τ on the ±" if c.column.rank_by == "spread" else ""
+            how = f"setting `{c.setting}`, metric `{c.metric}`{spread}{rank}"
+        groups.setdefault(how, []).append(c.column.name)
+    return [f"- {', '.join(names)}: {how}" for how, names in groups.items()]
 
 
 def render_report(spec: TableFile, plan: BudgetPlan, cells: dict[tuple[str, int], dict[str, Cell]],

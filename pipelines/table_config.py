@@ -71,6 +71,8 @@ class Row(Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="its hyperparameter block "
                                    "(algorithm.<method>); unset ones take the method's paper defaults")
     overrides: dict[str, Any] = Field(default_factory=dict, description="other dotted overrides for this row only")
+    per_setting: dict[str, dict[str, Any]] = Field(default_factory=dict, description="setting → dotted overrides for "
+                                                   "this row in that setting only (a paper value per table)")
     tuned_by: str = Field(description="where the hyperparameters come from (a sweep on the validation split, the "
                           "paper's defaults, ...)")
 
@@ -170,6 +172,12 @@ class TableFile(Strict):
             raise ValueError(f"budgets: {DEFAULT_BUDGET!r} is the file's own budget; name another")
         for name, budget in self.budgets.items():
             self.check_budget_columns(name, budget)
+        every_setting = set(self.settings).union(*(b.settings for b in self.budgets.values()))
+        for row_id, row in self.rows.items():
+            unknown = [s for s in row.per_setting if s not in every_setting]
+            if unknown:
+                raise ValueError(f"rows.{row_id}.per_setting: unknown setting {unknown[0]!r}; allowed: "
+                                 f"{', '.join(sorted(every_setting))}")
         return self
 
     def check_budget_columns(self, name: str, budget: Budget) -> None:

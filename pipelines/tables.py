@@ -62,15 +62,17 @@ def rows_to_run(plan: BudgetPlan, setting: str, built: set[str], spec: TableFile
     return [r for r in spec.rows if r in wanted and spec.rows[r].method in built]
 
 
-def variant_overrides(spec: TableFile, row_id: str, setting: dict[str, Any], cli: dict[str, Any]) -> dict[str, Any]:
+def variant_overrides(spec: TableFile, row_id: str, setting: str, plan: BudgetPlan,
+                      cli: dict[str, Any]) -> dict[str, Any]:
     """A row's overrides in a setting: its method and hyperparameters, the setting's keys that name each row's
-    method ({algorithm}), the row's own overrides, then the command line's (which win)."""
+    method ({algorithm}), the row's own overrides and those it has for this setting, then the command line's
+    (which win)."""
     row = spec.rows[row_id]
     out: dict[str, Any] = {"algorithm.name": row.method}
     if row.params:
         out[f"algorithm.{row.method}"] = dict(row.params)
-    out |= {k.replace(ALGORITHM_SLOT, row.method): v for k, v in setting.items() if ALGORITHM_SLOT in k}
-    return out | row.overrides | cli
+    out |= {k.replace(ALGORITHM_SLOT, row.method): v for k, v in plan.settings[setting].items() if ALGORITHM_SLOT in k}
+    return out | row.overrides | row.per_setting.get(setting, {}) | cli
 
 
 def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overrides: list[str],
@@ -94,7 +96,7 @@ def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overri
                 set_dotted(raw, key, value)
         raw["name"] = f"{spec.paper}-{plan.name}-{setting}"
         base = build_config(apply_overrides(raw, list(cli_overrides)), f"{source}: setting {setting}")
-        variants = {r: variant_overrides(spec, r, plan.settings[setting], cli)
+        variants = {r: variant_overrides(spec, r, setting, plan, cli)
                     for r in rows_to_run(plan, setting, built, spec)}
         for row_id, overrides in variants.items():
             try:

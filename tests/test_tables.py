@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from orchestrator.cli import main as mooring
-from orchestrator.config import ConfigError
 from pipelines.compare import Comparison
 from pipelines.table_config import DEFAULT_BUDGET, TableFile, load_table_file, paper_number, resolve_budget
 from pipelines.table_report import Measured, kendall_tau, measured, render_report

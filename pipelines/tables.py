@@ -115,14 +115,26 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
 
     comps = {}
     for run in runs:
-        if report_only or not run.variants:
-            comps[run.setting] = saved_comparison(results / run.setting) if report_only and run.variants \
-                else Comparison()
+        if not run.variants:
+            comps[run.setting] = Comparison()
+            continue
+        if report_only:
+            comps[run.setting] = saved(results / run.setting)
             continue
         echo(f"{run.setting}: {', '.join(run.variants)} × seeds {', '.join(map(str, seeds))}")
         comps[run.setting] = compare(run.base, run.variants, seeds, results / run.setting, address=address,
                                      parallel=parallel, echo=echo)
     return comps
+
+
+def saved(setting_dir: Path) -> Comparison:
+    """The histories a previous run of this setting saved, or one line saying there are none."""
+    from orchestrator.config import ConfigError
+
+    if not (setting_dir / "histories.json").exists():
+        raise ConfigError(f"--report-only: no saved results at {setting_dir / 'histories.json'}; run the table "
+                          "first (or give its --results)")
+    return saved_comparison(setting_dir)
 
 
 def table_cells(spec: TableFile, plan: BudgetPlan, built: set[str],
@@ -150,29 +162,65 @@ def column_cell(spec: TableFile, c: ColumnPlan, row_id: str, built: set[str],
 
 
 # -------------------------------------------------------------------------------------------- checking
-def check_start(runs: list[SettingRun]) -> list[str]:
-    """What a run of each setting needs before it trains: its dataset's files (one problem per dataset, naming
-    the directory and the files expected), its output directories, and its method and global model built on the
-    data's shape. Returns the problems, each one line; nothing is trained or written."""
-    from orchestrator.config import ConfigError, with_overrides
-    from orchestrator.run_dir import check_output_dirs
-    from tasks.data.datasets import DataFileError, DatasetNotFound, load_dataset
+class Preflight:
+    """What a run needs before it trains, each checked once however many cells share it: the output
+    directories, the dataset's files (a missing one named with its directory and the files expected), the
+    partition of every seed (built in memory, not stored), and the method with its global state built on the
+    data's shape. Nothing is trained or written; `problems` holds one line per distinct problem."""
 
-    problems: dict[str, str] = {}
-    datasets: dict[str, Any] = {}  # one load per data spec
+    def __init__(self) -> None:
+        self.datasets: dict[str, Any] = {}
+        self.done: set[tuple[str, ...]] = set()
+        self.problems: dict[str, str] = {}
+
+    def check(self, setting: str, cfg, seeds: list[int]) -> None:
+        from orchestrator.config import ConfigError
+        from orchestrator.run_dir import check_output_dirs
+        from tasks.data.datasets import DataFileError, DatasetNotFound
+        from tasks.data.partition import PartitionError
+
+        try:
+            check_output_dirs(cfg)
+            data = self.dataset(cfg)
+            self.partitions(cfg, data, seeds)
+            self.once(("start", cfg.algorithm.model_dump_json(), cfg.model.model_dump_json(),
+                       cfg.data.model_dump_json()), lambda: start_method(cfg, data))
+        except (DatasetNotFound, DataFileError, PartitionError, ConfigError) as e:
+            self.problems.setdefault(str(e), f"{setting}: {e}")
+        except ValueError as e:  # the method or its model cannot be built on this data (a model too deep for 8×8)
+            self.problems.setdefault(str(e), f"{setting}, {cfg.algorithm.name}: {e}")
+
+    def dataset(self, cfg):
+        from tasks.data.datasets import load_dataset
+
+        key = cfg.data.model_dump_json(include={"dataset", "root", "download", "emnist_split", "test_fraction",
+                                                "split_seed", "pad"}) + str(cfg.split_seed)
+        if key not in self.datasets:
+            self.datasets[key] = load_dataset(cfg.data.model_copy(update={"split_seed": cfg.split_seed}))
+        return self.datasets[key]
+
+    def partitions(self, cfg, data, seeds: list[int]) -> None:
+        from tasks.data.partition import make_partition
+
+        for seed in seeds:
+            self.once(("partition", cfg.data.model_dump_json(), str(seed)),
+                      lambda s=seed: make_partition(data.y_train, cfg.data, s, data.owners))
+
+    def once(self, key: tuple[str, ...], check) -> None:
+        if key not in self.done:
+            check()
+            self.done.add(key)
+
+
+def preflight(runs: list[SettingRun], seeds: list[int]) -> list[str]:
+    """Every cell's run checked as far as it goes before training (Preflight); the problems, one line each."""
+    from orchestrator.config import with_overrides
+
+    checks = Preflight()
     for run in runs:
         for overrides in run.variants.values():
-            cfg = with_overrides(run.base, overrides)
-            key = cfg.data.model_dump_json()
-            try:
-                check_output_dirs(cfg)
-                if key not in datasets:
-                    datasets[key] = load_dataset(cfg.data.model_copy(update={"split_seed": cfg.split_seed}))
-            except (DatasetNotFound, DataFileError, ConfigError) as e:
-                problems.setdefault(str(e), f"{run.setting}: {e}")
-                continue
-            start_method(cfg, datasets[key])
-    return list(problems.values())
+            checks.check(run.setting, with_overrides(run.base, overrides), seeds)
+    return list(checks.problems.values())
 
 
 def start_method(cfg, data) -> None:
@@ -221,6 +269,7 @@ def default_out(spec: TableFile, budget: str) -> str:
 
 
 def main(args) -> int:
+    from orchestrator.commands.common import check_output_file
     from orchestrator.config import ConfigError
     from pipelines.compare import parse_list
 
@@ -234,34 +283,38 @@ def main(args) -> int:
     runs = plan_settings(spec, plan, built, args.overrides, args.config)
     not_built = sorted({row.label for row in spec.rows.values() if row.method not in built})
     if args.check:
-        return report_check(args, spec, plan, runs, not_built)
+        return report_check(args, plan, runs, seeds, not_built)
+    out = Path(args.out or default_out(spec, plan.name))
+    if args.out is None:
+        out.parent.mkdir(parents=True, exist_ok=True)  # docs/tables/ in a fresh clone
+    check_output_file(str(out), "--out")
+    if not args.report_only and (problems := preflight(runs, seeds)):
+        raise ConfigError("; ".join(problems))  # before any run, not after the first settings' hours
     results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
     comps = run_settings(runs, seeds, results, args.address, args.parallel,
                          echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
                            {r.setting: r.base for r in runs}, reproduce_command(args), args.config, args.overrides)
-    out = Path(args.out or default_out(spec, plan.name))
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report)
     print(report)
     print(f"wrote {out}")
     return 0
 
 
-def report_check(args, spec: TableFile, plan: BudgetPlan, runs: list[SettingRun], not_built: list[str]) -> int:
-    """--check: every cell's config is valid (already, or plan_settings raised); at another budget than the
-    digits one, the data and each method's start are checked too."""
+def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str]) -> int:
+    """--check: every cell's config is valid (plan_settings raised otherwise), and every run starts: its data,
+    partitions and method (preflight); the rows not built and the columns not expressible are listed."""
     from orchestrator.config import ConfigError
 
     cells = sum(len(r.variants) for r in runs)
-    print(f"{args.config}: valid; budget {plan.name}: {len(runs)} settings, {cells} setting × row configs checked")
+    print(f"{args.config}: valid; budget {plan.name}: {len(runs)} settings, {cells} setting × row configs")
     print("not built: " + (", ".join(not_built) if not_built else "none"))
     unexpressed = [f"{c.table.id}/{c.column.name}" for c in plan.columns if c.setting is None]
     print("not expressible: " + (", ".join(unexpressed) if unexpressed else "none"))
-    if plan.name != DEFAULT_BUDGET:
-        problems = check_start(runs)
-        if problems:
-            raise ConfigError("; ".join(problems))
-        print(f"budget {plan.name}: the data are on disk and every built method starts on them")
+    problems = preflight(runs, seeds)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    print(f"budget {plan.name}: the data are on disk, every seed's partition can be drawn and every built "
+          "method starts on them")
     return 0

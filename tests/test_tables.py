@@ -116,6 +116,13 @@ def test_every_table_file_validates_at_every_budget(path):
 
 
 @pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
+def test_every_table_file_starts_at_its_digits_budget(path, capsys, workdir):
+    """--check draws every seed's partition and builds every built method on the data, as a run would start."""
+    assert mooring(["table", str(path), "--check", *(a for o in workdir for a in ("--set", o))]) == 0
+    assert "every built method starts on them" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
 def test_every_table_file_names_the_papers_protocol_as_a_budget(path):
     spec = load_table_file(str(path))
     plan = resolve_budget(spec, "paper", str(path))
@@ -146,6 +153,20 @@ def test_a_bad_table_file_is_one_line_and_exit_2(tmp_path, capsys, change, probl
     assert err.startswith("error: ") and problem in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--out", "{tmp}"], "--out {tmp}: a directory; give the path of a file"),
+    (["--out", "{tmp}/no/such/dir/t.md"], "--out {tmp}/no/such/dir/t.md: directory {tmp}/no/such/dir does not exist"),
+    (["--report-only", "--out", "{tmp}/t.md", "--results", "{tmp}/none"],
+     "--report-only: no saved results at {tmp}/none/s/histories.json; run the table first"),
+])
+def test_a_bad_output_or_missing_results_is_one_line_before_any_run(tmp_path, capsys, extra, problem):
+    args = [a.format(tmp=tmp_path) for a in extra]
+    assert mooring(["table", write_spec(tmp_path, tiny_spec()), *args, "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert problem.format(tmp=tmp_path) in err and err.count("\n") == 1
+    assert not (tmp_path / "t.md").exists()
+
+
 def test_an_unknown_budget_is_one_line(tmp_path, capsys):
     assert mooring(["table", write_spec(tmp_path, tiny_spec()), "--budget", "huge", "--check"]) == 2
     assert "--budget 'huge': not a budget of this file; allowed: digits" in capsys.readouterr().err
@@ -163,16 +184,37 @@ def test_the_paper_budget_names_what_to_put_where(tmp_path, capsys):
     assert f"cifar100: no data in {tmp_path / 'cifar-100-python'}; expected train, test, meta" in err
 
 
-def test_with_the_data_on_disk_the_paper_budget_starts_every_built_method(tmp_path, capsys):
-    from tests.test_torchvision_sets import write_cifar10, write_cifar100
+def write_fake_cifar(root: Path, per_class: int) -> None:
+    """CIFAR-10 and CIFAR-100 in torchvision's layout, `per_class` random images of every class in the training
+    batches (enough for every partition of the FedFM paper budget to be drawn), a few in the test batches."""
+    from tests.test_torchvision_sets import cifar_images, write_pickle
 
-    write_cifar10(tmp_path)
-    write_cifar100(tmp_path)
+    for folder, classes, key in (("cifar-10-batches-py", 10, "labels"), ("cifar-100-python", 100, "fine_labels")):
+        labels = [c for c in range(classes) for _ in range(per_class)]
+        train = {"data": cifar_images(classes, len(labels)), key: labels, "coarse_labels": [c // 5 for c in labels]}
+        test = {"data": cifar_images(classes + 1, classes), key: list(range(classes)),
+                "coarse_labels": [c // 5 for c in range(classes)]}
+        if classes == 10:
+            for i in range(5):
+                write_pickle(root / folder / f"data_batch_{i + 1}",
+                             {"data": train["data"][i::5], "labels": labels[i::5]})
+            write_pickle(root / folder / "test_batch", {"data": test["data"], "labels": test[key]})
+            write_pickle(root / folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+        else:
+            write_pickle(root / folder / "train", train)
+            write_pickle(root / folder / "test", test)
+            write_pickle(root / folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)],
+                                                  "coarse_label_names": [f"c{i}" for i in range(20)]})
+
+
+def test_with_the_data_on_disk_the_paper_budget_starts_every_built_method(tmp_path, capsys):
+    write_fake_cifar(tmp_path, per_class=40)
     args = ["table", "configs/tables/fedfm.yaml", "--budget", "paper", "--check", "--set", f"data.root={tmp_path}",
             "--set", f"checkpoint.dir={tmp_path / 'runs'}", "--set", f"data.partitions_dir={tmp_path / 'p'}"]
     assert mooring(args) == 0
     out = capsys.readouterr().out
-    assert "budget paper: the data are on disk and every built method starts on them" in out
+    assert "budget paper: the data are on disk, every seed's partition can be drawn and every built method " \
+           "starts on them" in out
     assert "not built: FedAvgM, FedDyn, FedNova, SCAFFOLD" in out
 
 

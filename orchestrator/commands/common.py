@@ -16,7 +16,7 @@ def add_address_arg(parser: argparse.ArgumentParser) -> None:
                              "if set, else a new local Ray instance for this command")
 
 
-def check_output_file(path: str) -> None:
+def check_output_file(path: str, option: str = "--output-json") -> None:
     """Refuse a bad --output-json before hours of training, not after: a directory, a parent that is missing or
     a file, or one that cannot be written in (tried with an empty file, removed at once)."""
     import os
@@ -28,12 +28,12 @@ def check_output_file(path: str) -> None:
     target = Path(path).absolute()
     parent = target.parent
     if target.is_dir():
-        raise ConfigError(f"--output-json {path}: a directory; give the path of a file to write the result to")
+        raise ConfigError(f"{option} {path}: a directory; give the path of a file to write the result to")
     if not parent.exists():
-        raise ConfigError(f"--output-json {path}: directory {parent} does not exist")
+        raise ConfigError(f"{option} {path}: directory {parent} does not exist")
     if not parent.is_dir():
-        raise ConfigError(f"--output-json {path}: {parent} is a file, not a directory")
+        raise ConfigError(f"{option} {path}: {parent} is a file, not a directory")
     if (e := can_write_in(parent)) is not None:
-        raise ConfigError(f"--output-json {path}: cannot write in {parent} ({e.strerror or e})")
+        raise ConfigError(f"{option} {path}: cannot write in {parent} ({e.strerror or e})")
     if target.exists() and not os.access(target, os.W_OK):
-        raise ConfigError(f"--output-json {path}: the file exists and cannot be written")
+        raise ConfigError(f"{option} {path}: the file exists and cannot be written")

@@ -35,6 +35,7 @@ from orchestrator.config import (
 )
 
 DEFAULT_BUDGET = "digits"
+SETTING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 ALGORITHM_SLOT = "{algorithm}"  # in a setting's key: each row's method
 NO_NUMBER = ("", "—", "–", "-", "n/a")
 # "66.69±0.69", "66.69 ± 0.69", "82.66(2.83)", "11,182", "828 (1.0X)", "22.90 ± 0.30 (†)"
@@ -160,6 +161,10 @@ class TableFile(Strict):
 
     @model_validator(mode="after")
     def names_resolve(self) -> TableFile:
+        for setting in [*self.settings, *(s for b in self.budgets.values() for s in b.settings)]:
+            if not SETTING_NAME.fullmatch(setting):
+                raise ValueError(f"setting {setting!r}: a setting's name becomes part of its runs' names: letters, "
+                                 "digits, '.', '_', '+' or '-'")
         for table in self.tables:
             unknown = [r for r in table.paper if r not in self.rows]
             if unknown:

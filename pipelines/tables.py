@@ -58,7 +58,7 @@ class SettingRun:
 def rows_to_run(plan: BudgetPlan, setting: str, built: set[str], spec: TableFile) -> list[str]:
     """The built rows with a paper number in some column that this setting reproduces, in the file's order."""
     wanted = {row for c in plan.columns if c.setting == setting
-              for row, cells in c.table.paper.items() if c.table.numbers(row)[c.index].value is not None}
+              for row in c.table.paper if c.table.numbers(row)[c.index].value is not None}
     return [r for r in spec.rows if r in wanted and spec.rows[r].method in built]
 
 
@@ -109,7 +109,8 @@ def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overri
 
 # ----------------------------------------------------------------------------------------------- running
 def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, address: str | None,
-                 parallel: int | None, echo=print, report_only: bool = False) -> dict[str, Comparison]:
+                 parallel: int | None, echo=print, report_only: bool = False,
+                 progress: bool = True) -> dict[str, Comparison]:
     """One compare per setting (or, with report_only, the histories an earlier run saved under `results`)."""
     from pipelines.compare import compare
 
@@ -123,7 +124,7 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
             continue
         echo(f"{run.setting}: {', '.join(run.variants)} × seeds {', '.join(map(str, seeds))}")
         comps[run.setting] = compare(run.base, run.variants, seeds, results / run.setting, address=address,
-                                     parallel=parallel, echo=echo)
+                                     parallel=parallel, echo=echo, progress=progress)
     return comps
 
 
@@ -250,6 +251,7 @@ def configure(parser) -> None:
     parser.add_argument("--parallel", type=int, default=None, metavar="N", help="runs at once (default: the CPUs')")
     parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
                         help="an existing Ray cluster; default: RAY_ADDRESS if set, else a new local Ray instance")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (finished runs are still listed)")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the report from the histories saved under --results, running nothing")
 
@@ -292,7 +294,8 @@ def main(args) -> int:
         raise ConfigError("; ".join(problems))  # before any run, not after the first settings' hours
     results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
     comps = run_settings(runs, seeds, results, args.address, args.parallel,
-                         echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
+                         echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only,
+                         progress=not args.quiet)
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
                            {r.setting: r.base for r in runs}, reproduce_command(args), args.config, args.overrides)

@@ -144,6 +144,8 @@ def write_spec(tmp_path: Path, raw: dict) -> str:
     (lambda r: r["tables"][0]["columns"][1].update(setting="s"), "give either `setting` or `not_expressible`"),
     (lambda r: r["rows"]["b"]["params"].update(mu=-1), "algorithm.fedprox.mu = -1"),
     (lambda r: r["experiment"]["train"].update(rounds=0), "experiment: train.rounds = 0"),
+    (lambda r: r["settings"].update({"a/b": {}}), "setting 'a/b': a setting's name becomes part of its runs' names"),
+    (lambda r: r["rows"]["a"].update(per_setting={"t": {}}), "rows.a.per_setting: unknown setting 't'"),
 ])
 def test_a_bad_table_file_is_one_line_and_exit_2(tmp_path, capsys, change, problem):
     raw = tiny_spec()

@@ -69,8 +69,8 @@ def variant_overrides(spec: TableFile, row_id: str, setting: str, plan: BudgetPl
     (which win)."""
     row = spec.rows[row_id]
     out: dict[str, Any] = {"algorithm.name": row.method}
-    if row.params:
-        out[f"algorithm.{row.method}"] = dict(row.params)
+    # one dotted key per hyperparameter: a block given as one dict would be the very object later keys write into
+    out |= {f"algorithm.{row.method}.{key}": copy.deepcopy(value) for key, value in row.params.items()}
     out |= {k.replace(ALGORITHM_SLOT, row.method): v for k, v in plan.settings[setting].items() if ALGORITHM_SLOT in k}
     return out | row.overrides | row.per_setting.get(setting, {}) | cli
 
@@ -93,7 +93,7 @@ def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overri
         raw = copy.deepcopy(plan.experiment)
         for key, value in plan.settings[setting].items():
             if ALGORITHM_SLOT not in key:
-                set_dotted(raw, key, value)
+                set_dotted(raw, key, copy.deepcopy(value))  # never the file's own dict: --set writes into it
         raw["name"] = f"{spec.paper}-{plan.name}-{setting}"
         base = build_config(apply_overrides(raw, list(cli_overrides)), f"{source}: setting {setting}")
         variants = {r: variant_overrides(spec, r, setting, plan, cli)

@@ -80,7 +80,7 @@ def test_the_report_by_hand():
     assert built == {"fedavg", "fedprox"}
     runs = plan_settings(spec, plan, built, [], "tiny.yaml")
     assert [(r.setting, list(r.variants)) for r in runs] == [("s", ["a", "b"])]
-    assert runs[0].variants["b"] == {"algorithm.name": "fedprox", "algorithm.fedprox": {"mu": 0.1}}
+    assert runs[0].variants["b"] == {"algorithm.name": "fedprox", "algorithm.fedprox.mu": 0.1}
     history = {"a": {0: [{"accuracy": 0.5}, {"accuracy": 0.9}], 1: [{"accuracy": 0.8}]},
                "b": {0: [{"accuracy": 0.95}], 1: [{"accuracy": 0.95}]}}
     cells = table_cells(spec, plan, built, {"s": Comparison(histories=history)})
@@ -95,6 +95,23 @@ def test_the_report_by_hand():
     assert "Not built: C." in text
     assert "- `s`: digits, model `mlp`, 4 clients (fraction 1 a round), 2 rounds" in text
     assert "mooring table tiny.yaml" in text
+
+
+def test_a_rows_overrides_in_their_order_the_command_line_last():
+    raw = tiny_spec(settings={"s": {"data.partition.alpha": 0.5, "algorithm.{algorithm}.mu": 0.2}})
+    raw["rows"]["b"] |= {"overrides": {"train.rounds": 3}, "per_setting": {"s": {"algorithm.fedprox.mu": 0.3}}}
+    raw["rows"]["a"]["method"] = "fedprox"
+    spec = TableFile(**raw)
+    plan = resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml")
+    [run] = plan_settings(spec, plan, built_methods(spec), [], "tiny.yaml")
+    assert run.base.data.partition.alpha == 0.5  # the setting's own keys go on the base
+    assert run.variants["a"] == {"algorithm.name": "fedprox", "algorithm.fedprox.mu": 0.2}  # {algorithm}: its method
+    assert run.variants["b"] == {"algorithm.name": "fedprox", "algorithm.fedprox.mu": 0.3,
+                                 "train.rounds": 3}  # per_setting after the row's params and the setting's keys
+    assert spec.rows["b"].params == {"mu": 0.1}  # the file's values untouched
+    [run] = plan_settings(spec, plan, built_methods(spec), ["algorithm.fedprox.mu=0.4"], "tiny.yaml")
+    assert run.variants["b"]["algorithm.fedprox.mu"] == 0.4  # --set wins over every row's own values
+    assert run.base.algorithm.params_for("fedprox").mu == 0.4
 
 
 # -------------------------------------------------------------------------------------- table files

@@ -197,7 +197,12 @@ class Preflight:
         key = cfg.data.model_dump_json(include={"dataset", "root", "download", "emnist_split", "test_fraction",
                                                 "split_seed", "pad"}) + str(cfg.split_seed)
         if key not in self.datasets:
-            self.datasets[key] = load_dataset(cfg.data.model_copy(update={"split_seed": cfg.split_seed}))
+            try:
+                self.datasets[key] = load_dataset(cfg.data.model_copy(update={"split_seed": cfg.split_seed}))
+            except Exception as e:  # noqa: BLE001 - kept, so the cells that share the data are not retried
+                self.datasets[key] = e
+        if isinstance(self.datasets[key], Exception):
+            raise self.datasets[key]
         return self.datasets[key]
 
     def partitions(self, cfg, data, seeds: list[int]) -> None:

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -203,38 +204,71 @@ def test_the_paper_budget_names_what_to_put_where(tmp_path, capsys):
     assert f"cifar100: no data in {tmp_path / 'cifar-100-python'}; expected train, test, meta" in err
 
 
-def write_fake_cifar(root: Path, per_class: int) -> None:
-    """CIFAR-10 and CIFAR-100 in torchvision's layout, `per_class` random images of every class in the training
-    batches (enough for every partition of the FedFM paper budget to be drawn), a few in the test batches."""
-    from tests.test_torchvision_sets import cifar_images, write_pickle
+def write_fake_data(root: Path, per_class: int) -> None:
+    """MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 in torchvision's layout: `per_class` random images of every
+    class in the training files (CIFAR-100: a fifth of it), a few in the test files."""
+    from tests.test_torchvision_sets import cifar_images, write_idx, write_pickle
 
-    for folder, classes, key in (("cifar-10-batches-py", 10, "labels"), ("cifar-100-python", 100, "fine_labels")):
-        labels = [c for c in range(classes) for _ in range(per_class)]
-        train = {"data": cifar_images(classes, len(labels)), key: labels, "coarse_labels": [c // 5 for c in labels]}
-        test = {"data": cifar_images(classes + 1, classes), key: list(range(classes)),
-                "coarse_labels": [c // 5 for c in range(classes)]}
-        if classes == 10:
-            for i in range(5):
-                write_pickle(root / folder / f"data_batch_{i + 1}",
-                             {"data": train["data"][i::5], "labels": labels[i::5]})
-            write_pickle(root / folder / "test_batch", {"data": test["data"], "labels": test[key]})
-            write_pickle(root / folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
-        else:
-            write_pickle(root / folder / "train", train)
-            write_pickle(root / folder / "test", test)
-            write_pickle(root / folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)],
-                                                  "coarse_label_names": [f"c{i}" for i in range(20)]})
+    for folder in ("MNIST", "FashionMNIST"):
+        for prefix, count in (("train", per_class), ("t10k", 2)):
+            labels = np.repeat(np.arange(10), count)
+            write_idx(root / folder / "raw" / f"{prefix}-images-idx3-ubyte",
+                      np.random.default_rng(count).integers(0, 256, size=(len(labels), 28, 28)))
+            write_idx(root / folder / "raw" / f"{prefix}-labels-idx1-ubyte", labels)
+    labels = [c for c in range(10) for _ in range(per_class)]
+    images = cifar_images(10, len(labels))
+    for i in range(5):
+        write_pickle(root / "cifar-10-batches-py" / f"data_batch_{i + 1}",
+                     {"data": images[i::5], "labels": labels[i::5]})
+    write_pickle(root / "cifar-10-batches-py" / "test_batch", {"data": cifar_images(11, 10), "labels": list(range(10))})
+    write_pickle(root / "cifar-10-batches-py" / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+    labels = [c for c in range(100) for _ in range(per_class // 5)]
+    write_pickle(root / "cifar-100-python" / "train", {"data": cifar_images(100, len(labels)), "fine_labels": labels,
+                                                       "coarse_labels": [c // 5 for c in labels]})
+    write_pickle(root / "cifar-100-python" / "test", {"data": cifar_images(101, 100), "fine_labels": list(range(100)),
+                                                      "coarse_labels": [c // 5 for c in range(100)]})
+    write_pickle(root / "cifar-100-python" / "meta", {"fine_label_names": [f"f{i}" for i in range(100)],
+                                                      "coarse_label_names": [f"c{i}" for i in range(20)]})
 
 
-def test_with_the_data_on_disk_the_paper_budget_starts_every_built_method(tmp_path, capsys):
-    write_fake_cifar(tmp_path, per_class=40)
-    args = ["table", "configs/tables/fedfm.yaml", "--budget", "paper", "--check", "--set", f"data.root={tmp_path}",
-            "--set", f"checkpoint.dir={tmp_path / 'runs'}", "--set", f"data.partitions_dir={tmp_path / 'p'}"]
-    assert mooring(args) == 0
+@pytest.fixture(scope="module")
+def data_on_disk(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_fake_data(root, per_class=200)
+    return root
+
+
+@pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
+def test_with_the_data_on_disk_the_paper_budget_starts_every_built_method(path, data_on_disk, tmp_path, capsys):
+    spec = load_table_file(str(path))
+    # the files hold a twenty-fifth of the real training sets, too few for the Dirichlet draws over 100 clients:
+    # 20 clients here (the real sizes draw the paper's federations: the test below)
+    args = ["table", str(path), "--budget", "paper", "--check", "--set", f"data.root={data_on_disk}",
+            "--set", f"checkpoint.dir={tmp_path / 'runs'}", "--set", f"data.partitions_dir={tmp_path / 'p'}",
+            "--set", "data.num_clients=20"]
+    assert mooring(args) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "budget paper: the data are on disk, every seed's partition can be drawn and every built method " \
            "starts on them" in out
-    assert "not built: FedAvgM, FedDyn, FedNova, SCAFFOLD" in out
+    not_built = sorted({r.label for r in spec.rows.values() if r.method not in built_methods(spec)})
+    assert f"not built: {', '.join(not_built)}" in out
+
+
+TRAINING_SET_SIZES = {"mnist": (60000, 10), "fmnist": (60000, 10), "cifar10": (50000, 10), "cifar100": (50000, 100)}
+
+
+@pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
+def test_the_paper_budgets_partitions_draw_on_the_real_training_sets_sizes(path):
+    from tasks.data.partition import make_partition
+
+    spec = load_table_file(str(path))
+    plan = resolve_budget(spec, "paper", str(path))
+    for run in plan_settings(spec, plan, set(), [], str(path)):
+        size, classes = TRAINING_SET_SIZES[run.base.data.dataset]
+        labels = np.repeat(np.arange(classes), size // classes)
+        part = make_partition(labels, run.base.data, 0)
+        assert len(part.train) == run.base.data.num_clients
+        assert min(len(t) + len(v) for t, v in zip(part.train, part.test)) >= run.base.data.partition.min_size
 
 
 # ------------------------------------------------------------------------------------------ end to end

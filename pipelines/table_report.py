@@ -154,8 +154,7 @@ def render_report(spec: TableFile, plan: BudgetPlan, cells: dict[tuple[str, int]
     lines += ["## Rows", "", "| row | method | hyperparameters | tuned by | state |", "|---|---|---|---|---|"]
     states = row_states(spec, built, cells)
     for row_id, row in spec.rows.items():
-        params = ", ".join(f"{k} = {v}" for k, v in row.params.items()) or "the method's defaults"
-        lines.append(f"| {escape(row.label)} | `{row.method}` | {escape(params)} | {escape(row.tuned_by)} | "
+        lines.append(f"| {escape(row.label)} | `{row.method}` | {escape(row_settings(row, plan))} | {escape(row.tuned_by)} | "
                      f"{states[row_id]} |")
     not_built = [spec.rows[r].label for r, s in states.items() if s == CellState.NOT_BUILT.value]
     lines += ["", "Not built: " + (", ".join(not_built) if not_built else "none") + "."]
@@ -176,6 +175,18 @@ def budget_lines(plan: BudgetPlan, configs: dict, extra_overrides: list[str]) ->
     if extra_overrides:
         lines.append("- changed on the command line, for every run: " + ", ".join(f"`{o}`" for o in extra_overrides))
     return lines
+
+
+def row_settings(row, plan: BudgetPlan) -> str:
+    """A row's hyperparameters, its own overrides, and those it has in this budget's settings."""
+    def listed(values: dict) -> str:
+        return ", ".join(f"{k} = {v}" for k, v in values.items())
+
+    parts = [listed(row.params) or "the method's defaults"]
+    if row.overrides:
+        parts.append(listed(row.overrides))
+    parts += [f"in `{s}`: {listed(v)}" for s, v in row.per_setting.items() if s in plan.settings]
+    return "; ".join(parts)
 
 
 def row_states(spec: TableFile, built: set[str], cells: dict[tuple[str, int], dict[str, Cell]]) -> dict[str, str]:

@@ -94,6 +94,8 @@ def test_the_report_by_hand():
     assert "| Kendall's τ | -1.00 (2 rows) | – |" in text  # the paper has A above B, Mooring B above A
     assert "- cost: not expressible: a cost" in text
     assert "Not built: C." in text
+    assert "| B | `fedprox` | mu = 0.1 | the paper | built |" in text
+    assert "| C | `no_such_method_yet` | the method's defaults | later | not built |" in text
     assert "- `s`: digits, model `mlp`, 4 clients (fraction 1 a round), 2 rounds" in text
     assert "mooring table tiny.yaml" in text
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("orchestrator.commands.jobs", "list, inspect, follow or stop submitted jobs"),
     "bench": ("pipelines.bench", "run the performance benchmarks"),
     "claims": ("pipelines.claims", "check the papers' claims on real digits and write docs/claims.md"),
+    "table": ("pipelines.tables", "a paper's results tables, every cell run, beside its numbers: docs/tables/"),
     "config": ("orchestrator.commands.config", "show the resolved config"),
     "data": ("orchestrator.commands.data", "show each client's class histogram"),
     "ui": ("orchestrator.commands.ui", "open the MLflow UI on the run store"),

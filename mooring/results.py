@@ -22,7 +22,7 @@ def history_frame(history: list[dict[str, Any]]) -> pd.DataFrame:
     return frame.set_index("round")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a DataFrame has no single truth value to compare by
 class Run:
     """One finished run: `history` (a row per round), `summary` (its figures, as `mooring run` prints them),
     `plot()`, and where it lives (`run_dir`, `mlflow_run_id`). `result` is the runtime's own record."""

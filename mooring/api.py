@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,9 @@ def _seeds(seeds: Sequence[int] | None, default: int) -> list[int]:
     if seeds is None:
         return [default]
     listed = list(seeds) if not isinstance(seeds, (str, bytes)) else []
-    if not listed or not all(isinstance(s, int) and not isinstance(s, bool) for s in listed):
+    if not listed or not all(isinstance(s, Integral) and not isinstance(s, bool) for s in listed):
         raise ConfigError(f"seeds {seeds!r}: expected a list of integers, for example [0, 1, 2]")
+    listed = [int(s) for s in listed]  # numpy's integers too
     repeated = next((s for i, s in enumerate(listed) if s in listed[:i]), None)
     if repeated is not None:
         raise ConfigError(f"seeds: {repeated} is given more than once; give each once")

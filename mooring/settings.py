@@ -50,7 +50,10 @@ def resolve(source: ConfigSource, overrides: Overrides = None, settings: Mapping
     dotted = dotted_overrides(overrides, settings or {})
     raw, name = _raw(source)
     for key, value in dotted.items():
-        set_dotted(raw, key, copy.deepcopy(value))
+        try:
+            set_dotted(raw, key, copy.deepcopy(value))
+        except ConfigError as e:  # worded for --set: "--set seed.x=...: 'seed' is a value, not a section"
+            raise ConfigError(str(e).removeprefix("--set ")) from None
     return build_config(raw, name)
 
 

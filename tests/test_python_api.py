@@ -66,6 +66,7 @@ def test_bad_input_is_the_command_line_s_line(call, overrides):
      "overrides ['train.rounds=2']: expected a mapping of dotted keys to values, for example {'train.rounds': 5}"),
     (lambda: mooring.config(CONFIG, {"train..rounds": 2}),
      "override key 'train..rounds': must be a dotted path such as data.partition.alpha"),
+    (lambda: mooring.config(CONFIG, {"seed.x": 1}), "seed.x=...: 'seed' is a value, not a section"),
     (lambda: mooring.config(42), "config 42: expected a YAML file's path, a mapping of sections, an ExperimentConfig "
                                  "or None (the defaults)"),
     (lambda: mooring.compare(CONFIG, "fedavg"), "methods 'fedavg': expected a list of algorithm names, for example "
@@ -173,3 +174,12 @@ def test_the_tutorial_notebook_runs_and_its_results_are_read(ray_session, workdi
     assert list(ns["accuracy"].columns) == ["fedavg", "fedprox"] and ns["accuracy"].shape == (2, 2)
     assert (tmp_path / "out" / "report.html").is_file()
     assert "unknown algorithm" in capsys.readouterr().out  # the last cell printed the one-line error
+
+
+def test_seeds_default_to_the_config_s_and_numpy_integers_are_integers():
+    import numpy as np
+
+    from mooring.api import _seeds
+
+    assert _seeds(None, 5) == [5] and _seeds(np.arange(2), 5) == [0, 1] and _seeds(range(3), 5) == [0, 1, 2]
+    assert all(type(s) is int for s in _seeds(np.arange(2), 5))

@@ -38,7 +38,7 @@ run: install
 	$(VENV)/bin/mooring compare configs/default.yaml --all-algorithms --seeds 0 --out results/default
 
 test: install
-	$(VENV)/bin/ruff check orchestrator tasks pipelines tests benchmarks
+	$(VENV)/bin/ruff check mooring orchestrator tasks pipelines tests benchmarks
 	$(PY) -m pytest -q --durations=15
 
 claims: install

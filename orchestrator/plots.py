@@ -74,18 +74,26 @@ def sync_rounds(history: History) -> list[int]:
 
 def plot_comparison(curves: dict[str, History | list[History] | dict[int, History]], path: str | Path,
                     title: str = "") -> Path:
-    """THE accuracy-by-round figure (run, compare, claims, MLflow): one panel per kind of accuracy a method
-    reports, one line per method (mean over seeds, ± std as a band when there are several), integer round
-    ticks, the legend outside the data, and markers at the rounds where a method synchronises its models."""
+    """THE accuracy-by-round figure (comparison_figure) saved at `path`."""
+    return _save(import_pyplot(), comparison_figure(curves, title), path)
+
+
+def comparison_figure(curves: dict[str, History | list[History] | dict[int, History]], title: str = ""):
+    """THE accuracy-by-round figure (run, compare, claims, MLflow, the Python API's `plot()`): one panel per kind
+    of accuracy a method reports, one line per method (mean over seeds, ± std as a band when there are several),
+    integer round ticks, the legend outside the data, and markers at the rounds where a method synchronises its
+    models. A matplotlib Figure outside pyplot, so that drawing it neither needs nor changes a backend."""
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     runs = {name: _as_histories(h) for name, h in curves.items()}
     styles = method_styles(list(runs))
     panels = [(key, label) for key, label in PANELS if any(seed_curves(hs, key)[0] for hs in runs.values())]
     panels = panels or [PANELS[0]]
-    plt = import_pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.4, 4.2), squeeze=False, sharey=True)
+    fig = Figure(figsize=(5.2 * len(panels) + 2.4, 4.2))
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     synced_any = False
     for ax, (key, label) in zip(axes[0], panels):
         for name, histories in runs.items():
@@ -111,14 +119,15 @@ def plot_comparison(curves: dict[str, History | list[History] | dict[int, Histor
     handles = [Line2D([], [], lw=1.6, **styles[name]) for name in runs]
     labels = list(runs)
     if seeds > 1:
-        handles.append(plt.matplotlib.patches.Patch(color="grey", alpha=0.3))
+        handles.append(Patch(color="grey", alpha=0.3))
         labels.append(f"± std over {seeds} seeds")
     if synced_any:
         handles.append(Line2D([], [], ls="none", marker="o", ms=4, color="grey"))
         labels.append("models synchronised")
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
-    return _save(plt, fig, path)
+    fig.tight_layout()
+    return fig
 
 
 def has_clock(curves: dict[str, History | list[History] | dict[int, History]]) -> bool:

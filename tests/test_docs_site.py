@@ -1,0 +1,115 @@
+"""The documentation site (mkdocs.yml, orchestrator/docs_site.py): it builds in strict mode (a broken link, anchor or
+nav entry fails), its generated reference lists every CLI option and config key that the parser and the schema
+hold now, and it opens in the headless browser of tests/test_ui_browser.py (skipped, saying why, without
+Chromium)."""
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from orchestrator.cli import build_parser
+from orchestrator.config import ExperimentConfig
+from orchestrator.docs_site import nested_model, site_nav
+from tests.test_ui_browser import browser  # noqa: F401  (the UI test's headless Chromium, a new profile)
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built as CI builds it, strictly, into a temporary directory."""
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    site_dir = tmp_path_factory.mktemp("site")
+    build(load_config(config_file=str(ROOT / "mkdocs.yml"), strict=True, site_dir=str(site_dir)))
+    return site_dir
+
+
+def parser_options() -> dict[str, set[str]]:
+    """{"mooring config show": {"CONFIG", "--set", ...}} for every command, read from the parser itself."""
+    found = {}
+
+    def walk(prog: str, parser: argparse.ArgumentParser) -> None:
+        found[prog] = set()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(f"{prog} {name}", sub)
+            elif not isinstance(action, argparse._HelpAction):
+                found[prog] |= set(action.option_strings) or {action.metavar or action.dest}
+
+    walk("mooring", build_parser()[0])
+    return found
+
+
+def schema_keys(model: type[BaseModel] = ExperimentConfig, prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        block = nested_model(field.annotation)
+        if block is not None:
+            keys += schema_keys(block, f"{prefix}{name}.")
+    return keys
+
+
+def test_the_site_builds_strictly_and_its_reference_holds_every_option_and_key(site):
+    cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+    options = parser_options()
+    assert {"mooring run", "mooring config show", "mooring sweep"} <= options.keys()
+    missing = {(command, o) for command, opts in options.items() for o in opts if f"<code>{o}" not in cli}
+    assert not missing, f"CLI options not in the reference: {sorted(missing)}"
+    config = (site / "reference" / "config.html").read_text(encoding="utf-8")
+    keys = schema_keys()
+    assert {"data.partition.alpha", "train.optimizer.lr", "privacy.models.noise_multiplier"} <= set(keys)
+    missing_keys = [key for key in keys if f"<code>{key}</code>" not in config]
+    assert not missing_keys, f"config keys not in the reference: {missing_keys}"
+    algorithm = (site / "reference" / "algorithm.html").read_text(encoding="utf-8")
+    assert "Algorithm.local_loss" in algorithm and "ClientUpdate" in algorithm
+    assert not (ROOT / "docs" / "reference").exists(), "the generated pages belong to the build, not docs/"
+
+
+def test_the_navigation_lists_every_method_page_and_table_found(tmp_path):
+    for page in ("methods/zeta.md", "methods/alpha.md", "tables/accuracy.md"):
+        (tmp_path / page).parent.mkdir(exist_ok=True)
+        (tmp_path / page).write_text(f"# {Path(page).stem.title()} page\n\ntext\n", encoding="utf-8")
+    nav = {title: entry for item in site_nav(tmp_path) for title, entry in item.items()}
+    assert nav["Methods"] == [{"Alpha page": "methods/alpha.md"}, {"Zeta page": "methods/zeta.md"}]
+    assert nav["Tables"] == [{"Accuracy page": "tables/accuracy.md"}]
+    (tmp_path / "tables" / "accuracy.md").unlink()
+    (tmp_path / "tables").rmdir()
+    assert "Tables" not in {title for item in site_nav(tmp_path) for title in item}
+
+
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                    reason="no headless browser: Debian's chromium and chromium-driver are not installed")
+def test_the_built_site_opens_in_a_browser_and_its_reference_lists_every_option_and_key(site, browser):  # noqa: F811
+    browser.get((site / "index.html").as_uri())
+    assert "Mooring" in browser.title
+    browser.find_element("link text", "command line").click()  # the home page's link, followed as a reader would
+    sections = section_texts(browser)
+    for command, opts in parser_options().items():
+        assert command in sections, f"no section for {command}"
+        missing = sorted(o for o in opts if o not in sections[command])
+        assert not missing, f"{command}: options not shown in the browser: {missing}"
+    browser.get((site / "reference" / "config.html").as_uri())
+    text = browser.find_element("tag name", "article").text
+    missing_keys = [key for key in schema_keys() if key not in text]
+    assert not missing_keys, f"config keys not shown in the browser: {missing_keys}"
+
+
+def section_texts(driver) -> dict[str, str]:
+    """{h2 heading: the text under it} of the page's article, as the browser renders it."""
+    return driver.execute_script("""
+        const out = {};
+        let key = null;
+        for (const node of document.querySelector('article').children) {
+            if (node.tagName === 'H2') { key = node.firstChild.textContent.trim(); out[key] = ''; }
+            else if (key !== null) { out[key] += node.innerText + '\\n'; }
+        }
+        return out;""")

@@ -44,7 +44,7 @@ test: install
 # the documentation site, offline, into site/ (git-ignored); its reference pages are generated from the code at
 # build time (orchestrator/docs_site.py). `make test` builds it strictly too (tests/test_docs_site.py).
 docs: install
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 	@echo "open site/index.html"
 
 claims: install

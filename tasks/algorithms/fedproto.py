@@ -28,7 +28,9 @@ from tasks.algorithms.base import (
     ClientUpdate,
     LocalObjective,
     RoundContext,
+    State,
     batch_mean,
+    class_feature_stats,
     cross_entropy,
     searchable,
 )
@@ -39,6 +41,7 @@ from tasks.algorithms.prototypes import (
     nearest_prototype,
 )
 from tasks.algorithms.registry import register
+from tasks.models import FLModel
 from tasks.privacy.class_stats import released
 from tasks.privacy.settings import StatsDP
 
@@ -79,6 +82,14 @@ def released_class_means(sums: torch.Tensor, counts: torch.Tensor, dp: StatsDP, 
     held = counts > 0
     means = sums / counts.clamp_min(1.0).unsqueeze(1)
     return means[held].float(), counts.float()
+
+
+def prototypes_after_training(model: FLModel, data: ClientData, ctx: RoundContext, dp: StatsDP) -> State:
+    """The upload {"protos", "counts"} from the trained model's features of the client's training data in eval
+    mode (HtFLlib's `collect_protos`: FedTGP, FedGH), released under privacy.stats."""
+    sums, counts = class_feature_stats(model, data.x, data.y, data.num_classes, clip=dp.clip)
+    protos, counts = released_class_means(sums, counts, dp, ctx, data.client_id)
+    return {"protos": protos, "counts": counts}
 
 
 @register

@@ -50,7 +50,7 @@ class FMLParams(PrivateModelParams):
 def kl_mean(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
     """nn.KLDivLoss()(log_softmax(z), softmax(z_t)): the pointwise KL averaged over batch AND classes (its default
     reduction), the target not detached."""
-    return F.kl_div(F.log_softmax(logits, dim=1), F.softmax(target_logits, dim=1), reduction="mean")
+    return F.kl_div(F.log_softmax(logits, dim=1), F.softmax(target_logits, dim=1), reduction="none").mean()
 
 
 def optimizer_at(params, ctx: RoundContext, lr: float) -> torch.optim.Optimizer:

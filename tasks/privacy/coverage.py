@@ -24,6 +24,9 @@ SHARES: dict[str, frozenset[Shared]] = {
     "fedfm": frozenset({Shared.MODEL, Shared.CLASS_STATS}),
     "fedproto": frozenset({Shared.CLASS_STATS}),
     "fedsa": frozenset({Shared.CLASS_STATS}),
+    "fedtgp": frozenset({Shared.CLASS_STATS}),
+    "fedgh": frozenset({Shared.CLASS_STATS}),
+    "feddistill": frozenset({Shared.CLASS_STATS}),  # per-class mean logits, clipped and noised as features are
     "local": frozenset(),
     "local_pm": frozenset(),
     "fedfm_lite": frozenset({Shared.PERIODIC_MODEL, Shared.CLASS_STATS}),

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.feddistill import distillation_loss
+from tasks.algorithms.fedgen import ensemble_logits
 from tasks.algorithms.fedgh import train_head, uploaded_pairs
 from tasks.algorithms.fedkd import compress, recover, svd_rank
 from tasks.algorithms.fedtgp import adaptive_margin, margin_loss
@@ -71,6 +72,19 @@ def test_fedgen_draws_generator_labels_from_every_clients_counts_and_trains_its_
     assert any(not torch.equal(folded["generator"][k], state["generator"][k]) for k in state["generator"])
     labels, _ = algo.draw(payload["label_counts"], torch.Generator().manual_seed(0))
     assert set(labels.tolist()) <= {0, 3, 7}
+
+
+def test_fedgen_trains_its_generator_against_the_sample_weighted_ensemble_of_heads():
+    z = torch.tensor([[1.0, 2.0]])
+    h1 = {"classifier.weight": torch.tensor([[1.0, 0.0], [0.0, 1.0]]), "classifier.bias": torch.tensor([0.0, 4.0])}
+    h2 = {"classifier.weight": torch.tensor([[2.0, 2.0], [0.0, 0.0]]), "classifier.bias": torch.tensor([0.0, 0.0])}
+    # (1/4)·(1, 2 + 4) + (3/4)·(6, 0)
+    logits = ensemble_logits([ClientUpdate(0, 1, tensors=h1), ClientUpdate(1, 3, tensors=h2)], z)
+    assert torch.allclose(logits, torch.tensor([[0.25 + 4.5, 1.5]]))
+    algo = make("fedgen", server_steps=2)
+    _, _, _, state = one_round(algo, 0)
+    trained = algo.train_generator(state, [ClientUpdate(0, 1, tensors=head(0.2, 0.1))], 0)
+    assert any(not torch.equal(trained[k], state["generator"][k]) for k in trained)
 
 
 def test_fedgh_sends_prototypes_and_the_server_trains_the_head_on_them():

@@ -62,8 +62,10 @@ class FeatureGenerator(nn.Module):
         return self.fc(self.fc1(torch.cat([noise, F.one_hot(labels, self.num_classes).to(noise.dtype)], dim=1)))
 
 
-def head_logits(head: State, z: torch.Tensor) -> torch.Tensor:
-    return F.linear(z, head[WEIGHT], head.get(BIAS))
+def ensemble_logits(updates: list[ClientUpdate], z: torch.Tensor) -> torch.Tensor:
+    """Σ_k (n_k/n)·head_k(z) over the heads the clients sent (HtFLlib's `uploaded_weights`)."""
+    total = float(sum(u.num_samples for u in updates))
+    return sum(F.linear(z, u.tensors[WEIGHT], u.tensors.get(BIAS)) * (u.num_samples / total) for u in updates)
 
 
 @register
@@ -107,13 +109,11 @@ class FedGen(LGFedAvg):
         """`server_steps` Adam steps on CE(Σ_k (n_k/n)·head_k(G(ŷ, u)), ŷ) (HtFLlib's `train_generator`)."""
         generator = self.new_generator(state["generator"])
         optimizer = torch.optim.Adam(generator.parameters(), lr=self.params.generator_lr)
-        total = float(sum(u.num_samples for u in updates))
         rng = seeded_generator(self.setup.seed, round_idx, SERVER_DRAWS_STREAM)
         for _ in range(self.params.server_steps):
             labels, noise = self.draw(state["label_counts"], rng)
             z = generator(labels, noise)
-            logits = sum(head_logits(u.tensors, z) * (u.num_samples / total) for u in updates)
-            loss = F.cross_entropy(logits, labels)
+            loss = F.cross_entropy(ensemble_logits(updates, z), labels)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -72,10 +72,15 @@ def test_a_mixin_s_hooks_count_as_the_method_s():
 
 
 # the treatment every built-in method had before capabilities were declared in one place
+# the HtFLlib baselines of FedSA's tables: private models, evaluated on the clients' own splits
+HTFL = {"lg_fedavg", "fedgen", "fml", "fedkd", "feddistill", "fedtgp", "fedgh"}
 STATEFUL = {"fedavg_periodic", "fedavg_pm", "feddebias", "fedfm_lite", "fednh", "fedproto", "fedsa", "local",
-            "local_pm", "moon"}
-PERSONALIZED = {"fedavg_pm", "fednh", "fedproto", "fedsa", "local", "local_pm"}
-NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"}
+            "local_pm", "moon"} | HTFL
+PERSONALIZED = {"fedavg_pm", "fednh", "fedproto", "fedsa", "local", "local_pm"} | HTFL
+NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"} | HTFL
+# trained in their own client_update: two or three models a step (FML, FedKD), fresh generated features a step
+# (FedGen), logits recorded in training (FedDistill)
+SEQUENTIAL_ONLY = {"feddebias", "fml", "fedkd", "fedgen", "feddistill"}
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
 # the drift-correction and server-side baselines (issue 38)
 STATEFUL |= {"scaffold", "feddyn", "fedbn"}
@@ -90,8 +95,8 @@ def test_the_built_in_methods_keep_their_treatment(name):
     assert caps.keeps_client_state == (name in STATEFUL)
     assert caps.personalized == (name in PERSONALIZED)
     assert caps.global_model == (name not in NO_GLOBAL_MODEL)
-    assert caps.setup_exchange == (name == "feddebias")
+    assert caps.setup_exchange == (name in {"feddebias", "fedgen"})
     assert caps.pre_round_exchange == (name == "fedfm")
-    assert caps.vectorizable == (name != "feddebias")  # FedFA: its client_update is its step_hooks' sequential form
+    assert caps.vectorizable == (name not in SEQUENTIAL_ONLY)  # FedFA: its client_update is its step_hooks' sequential form
     assert caps.averages_models == (name in AVERAGING)
     assert caps.uploads_trained_model == (name in UPLOADS_TRAINED_MODEL)

@@ -163,7 +163,8 @@ def test_a_privacy_block_that_clips_nothing_and_adds_no_noise_changes_no_bit(tmp
     assert run_in_process(inert, data) == run_in_process(cfg, data)
 
 
-@pytest.mark.parametrize("name, engine", [("fedproto", "sequential"), ("fedsa", "vectorized")])
+@pytest.mark.parametrize("name, engine", [("fedproto", "sequential"), ("fedsa", "vectorized"),
+                                          ("fedtgp", "sequential"), ("fedgh", "vectorized"), ("feddistill", "sequential")])
 def test_clipping_at_an_unreachable_bound_without_noise_changes_no_bit_of_the_prototypes(tmp_path, name, engine):
     cfg, data = tiny(tmp_path, f"algorithm.name={name}", f"train.engine={engine}")
     clipped, _ = tiny(tmp_path, f"algorithm.name={name}", f"train.engine={engine}", "privacy.stats.clip=1e12")

@@ -12,6 +12,9 @@ class Shared(Enum):
     CLASS_STATS = "per-class feature statistics"  # privacy.stats
     PERIODIC_MODEL = "its model every few rounds, against a model it was not sent that round"
     PSEUDO_DATA = "pseudo-data built from its inputs"
+    # LG-FedAvg's and FedGen's head, FML's shared model, FedKD's SVD-compressed mentee: not the payload model
+    # that privacy.models clips updates against
+    MODEL_PART = "a model or a part of one other than the payload model (a head, a shared or compressed model)"
 
 
 SHARES: dict[str, frozenset[Shared]] = {
@@ -24,13 +27,20 @@ SHARES: dict[str, frozenset[Shared]] = {
     "fedfm": frozenset({Shared.MODEL, Shared.CLASS_STATS}),
     "fedproto": frozenset({Shared.CLASS_STATS}),
     "fedsa": frozenset({Shared.CLASS_STATS}),
+    "fedtgp": frozenset({Shared.CLASS_STATS}),
+    "fedgh": frozenset({Shared.CLASS_STATS}),
+    "feddistill": frozenset({Shared.CLASS_STATS}),  # per-class mean logits, clipped and noised as features are
+    "lg_fedavg": frozenset({Shared.MODEL_PART}),
+    "fedgen": frozenset({Shared.MODEL_PART}),
+    "fml": frozenset({Shared.MODEL_PART}),
+    "fedkd": frozenset({Shared.MODEL_PART}),
     "local": frozenset(),
     "local_pm": frozenset(),
     "fedfm_lite": frozenset({Shared.PERIODIC_MODEL, Shared.CLASS_STATS}),
     "fedavg_periodic": frozenset({Shared.PERIODIC_MODEL}),
     "feddebias": frozenset({Shared.MODEL, Shared.PSEUDO_DATA}),
 }
-UNCOVERED = (Shared.PERIODIC_MODEL, Shared.PSEUDO_DATA)
+UNCOVERED = (Shared.PERIODIC_MODEL, Shared.PSEUDO_DATA, Shared.MODEL_PART)
 
 
 def refusal(method: str, privacy: Privacy, clients_per_round: int) -> tuple[str, object, str]:

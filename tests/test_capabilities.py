@@ -75,6 +75,10 @@ def test_a_mixin_s_hooks_count_as_the_method_s():
 STATEFUL = {"fedavg_periodic", "fedavg_pm", "feddebias", "fedfm_lite", "fednh", "fedproto", "fedsa", "local",
             "local_pm", "moon"}
 PERSONALIZED = {"fedavg_pm", "fednh", "fedproto", "fedsa", "local", "local_pm"}
+# FedNH's Table 1 rows (docs/methods/fednh.md §9): personalized, and all but FedBABU keep a personal part
+STATEFUL |= {"fedper", "fedrep", "ditto", "fedrod", "creff"}
+PERSONALIZED |= {"fedper", "fedrep", "ditto", "fedrod", "creff", "fedbabu"}
+AVERAGING_ALSO = {"ditto"}  # its server step is FedAvg's on the global copies it is sent
 NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"}
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
 
@@ -88,5 +92,5 @@ def test_the_built_in_methods_keep_their_treatment(name):
     assert caps.setup_exchange == (name == "feddebias")
     assert caps.pre_round_exchange == (name == "fedfm")
     assert caps.vectorizable == (name != "feddebias")  # FedFA: its client_update is its step_hooks' sequential form
-    assert caps.averages_models == (name in AVERAGING)
+    assert caps.averages_models == (name in AVERAGING | AVERAGING_ALSO)
     assert caps.uploads_trained_model == (name in {"fedavg", "fedprox"})

@@ -13,9 +13,9 @@ docs/methods/fednh.md:
 - §4: the server averages the bodies uniformly (Alg. 1 and the code, not by sample count) and moves W by the
   code's class-wise rule (prototypes.smoothed_prototype_update); a class that no participant holds is unchanged.
 - §5: the global model (GM) is (θ^{t+1}, W^{t+1}, s), evaluated by the server. The personalized model of a client
-  is its latest local model (θ_k, the W it trained against, its s), kept in its state; a client that has not
-  trained yet is judged by the current global model. The spec's §12.1 instead fine-tunes every client once after
-  the last round; here every client's last participation stands in for that.
+  (`personal_model`, tasks/algorithms/personal.py) is by default §12.1's: one local update from the current global
+  model, W frozen, trained for the evaluation and not kept; `latest` is its latest local model (θ_k, the W it
+  trained against, its s) from its last participation, kept in its state (§5.1, the authors' code).
 
 Personalized metrics (client_evaluate): "acc", the HEADLINE, is the latest local model's accuracy on the client's
 own test split (the framework's personalized accuracy, comparable with Local, FedProto and FedSA); "pm_l" and
@@ -23,8 +23,8 @@ own test split (the framework's personalized accuracy, comparable with Local, Fe
 frequencies / by the presence of the class in its training set. The paper's PM is the mean over clients:
 `personalized_pm_v_client_mean`, with its fairness spread `personalized_pm_l_client_std`.
 
-Also here, for the §12 comparisons under the same §5 protocol: `fedavg_pm` (FedAvg whose personalized model is the
-latest local model) and `local_pm` (Local), both reporting acc / pm_l / pm_v.
+Also here, for the §12 comparisons under the same §5 protocol: `fedavg_pm` (FedAvg with the same personalized model
+rule) and `local_pm` (Local, its own model), both reporting acc / pm_l / pm_v.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ docs/methods/fednh.md:
   model, W frozen, trained for the evaluation and not kept; `latest` is its latest local model (θ_k, the W it
   trained against, its s) from its last participation, kept in its state (§5.1, the authors' code).
 
-Personalized metrics (client_evaluate): "acc", the HEADLINE, is the latest local model's accuracy on the client's
+Personalized metrics (client_evaluate): "acc", the HEADLINE, is the personalized model's accuracy on the client's
 own test split (the framework's personalized accuracy, comparable with Local, FedProto and FedSA); "pm_l" and
 "pm_v" are the paper's PM(L) and PM(V) on the global test set, weighted per class by the client's training label
 frequencies / by the presence of the class in its training set. The paper's PM is the mean over clients:

@@ -117,7 +117,7 @@ def test_a_variant_or_seed_given_twice_is_refused_in_one_line(capsys, option, va
                                               "each once"]  # before Ray: the address is never tried
 
 
-@pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: fedavg, "),
+@pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: creff, ditto, fedavg, "),
                                            ("no_such_lab.method:MyProx", "cannot import no_such_lab.method")])
 def test_an_algorithm_that_names_nothing_usable_is_refused_in_one_line(capsys, name, problem):
     from orchestrator.cli import main

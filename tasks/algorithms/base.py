@@ -8,7 +8,8 @@ Read it like Flower's strategy API:
                  updates = [client_update(payload, data_i, state_i, ctx_i) for sampled i]
                  state = aggregate(state, updates, t) # in client-id order, so results never depend on timing
     client:  init_client(data, gen) -> persistent client state (a personal head, a private model, ...)
-             local_objective(payload, data, state_i, ctx) -> where training starts and what the loss reads
+             local_objective(payload, data, state_i, ctx) -> where training starts, what the loss reads, and
+                                                             the round's phases if it has several (FedRep)
              local_loss(params, x, y, h, logits, inputs)  -> the per-batch loss (CE plus the method's term)
              client_result(trained, loss, ...)            -> the update sent up and the client's next state
              client_evaluate(...)   -> personalized accuracy on the client's own test split

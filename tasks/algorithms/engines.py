@@ -12,7 +12,9 @@
   of steps is masked out of the update, so a short last batch or fewer steps change nothing for the others.
   Where an objective asks (`LocalObjective.record_seen`: FedProto, FedSA), both engines also sum the training
   batches' detached features per class into the client's `RoundContext.recorded`;
-  a method's own per-step side computations run through its `step_hooks` (FedFA).
+  a method's own per-step side computations run through its `step_hooks` (FedFA). A round in phases
+  (`LocalObjective.phases`: FedRep, FedBABU, Ditto, FedRoD) is one such training per phase (`train_rounds`), each
+  training the parameters its phase names, from where the previous one left every client.
 
 `auto` takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
 """

@@ -16,7 +16,7 @@ from tasks.algorithms.engines import (
     fold_one_step,
     one_step_foldable,
     round_batches,
-    train_vectorized,
+    train_rounds,
 )
 from tasks.algorithms.faults import method_hook
 
@@ -73,7 +73,7 @@ class VectorizedEngine:
                     partials.append(partial)
                     updates.update(summed_updates)
                     continue
-                batch = train_vectorized(algorithm, model, [r for _, r in group])
+                batch = train_rounds(algorithm, model, [r for _, r in group])
             for (cid, r), result in zip(group, batch.each()):
                 updates[cid] = self._finish(call, cid, r, result)
         seconds = (time.perf_counter() - start) / max(1, len(call.client_ids))  # the clients' share of the batch's time
@@ -108,11 +108,12 @@ class VectorizedEngine:
         remain, and the fold is one more pass; benchmarks/README.md.)"""
         algorithm, rounds = self.host.algorithm, [r for _, r in group]
         sizes = [float(r.data.num_samples) for r in rounds]
-        batches = round_batches(rounds, rounds[0].ctx.train)
-        if all(len(b) == 1 for b in batches) and one_step_foldable(algorithm, rounds):
+        phased = bool(rounds[0].objective.phases)  # each phase draws its own batches (train_rounds)
+        batches = None if phased else round_batches(rounds, rounds[0].ctx.train)
+        if batches is not None and all(len(b) == 1 for b in batches) and one_step_foldable(algorithm, rounds):
             sums, buffers, losses = fold_one_step(algorithm, model, rounds, batches, sizes)
         else:
-            batch = train_vectorized(algorithm, model, rounds, batches)
+            batch = train_rounds(algorithm, model, rounds, batches)
             (sums, buffers), losses = batch.weighted_sum(sizes), batch.losses
         model_bytes = nbytes(rounds[0].objective.start) * len(rounds)
         partial = PartialSum(min(cid for cid, _ in group), float(sum(sizes)), sums, buffers, model_bytes)

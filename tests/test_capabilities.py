@@ -81,6 +81,10 @@ NO_GLOBAL_MODEL = {"fedproto", "fedsa", "local", "local_pm"} | HTFL
 # trained in their own client_update: two or three models a step (FML, FedKD), fresh generated features a step
 # (FedGen), logits recorded in training (FedDistill)
 SEQUENTIAL_ONLY = {"feddebias", "fml", "fedkd", "fedgen", "feddistill"}
+# FedNH's Table 1 rows (docs/methods/fednh.md §9): personalized, and all but FedBABU keep a personal part
+STATEFUL |= {"fedper", "fedrep", "ditto", "fedrod", "creff"}
+PERSONALIZED |= {"fedper", "fedrep", "ditto", "fedrod", "creff", "fedbabu"}
+AVERAGING_ALSO = {"ditto"}  # its server step is FedAvg's on the global copies it is sent
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
 # the drift-correction and server-side baselines (issue 38)
 STATEFUL |= {"scaffold", "feddyn", "fedbn"}
@@ -98,5 +102,5 @@ def test_the_built_in_methods_keep_their_treatment(name):
     assert caps.setup_exchange == (name in {"feddebias", "fedgen"})
     assert caps.pre_round_exchange == (name == "fedfm")
     assert caps.vectorizable == (name not in SEQUENTIAL_ONLY)  # FedFA: its client_update is its step_hooks' sequential form
-    assert caps.averages_models == (name in AVERAGING)
+    assert caps.averages_models == (name in AVERAGING | AVERAGING_ALSO)
     assert caps.uploads_trained_model == (name in UPLOADS_TRAINED_MODEL)

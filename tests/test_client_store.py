@@ -14,7 +14,8 @@ from tasks.algorithms import ALGORITHMS
 STATEFUL = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).capabilities().keeps_client_state]
 # 5 clients, 3 of them a round: over 2 rounds some client is never sampled
 TINY = ["data.num_clients=5", "train.clients_per_round=3", "train.rounds=2", "train.local_epochs=1",
-        "train.batch_size=16", "algorithm.fedfm_lite.warmup_rounds=0", "algorithm.fedavg_periodic.period=2"]
+        "train.batch_size=16", "algorithm.fedfm_lite.warmup_rounds=0", "algorithm.fedavg_periodic.period=2",
+        "algorithm.fedrep.head_epochs=2", "algorithm.creff.match_steps=3", "algorithm.creff.retrain_epochs=2"]
 
 
 def state(value: float) -> dict:
@@ -97,7 +98,8 @@ def digest(path) -> dict:
 
 
 def test_every_method_with_client_state_is_stateful():
-    assert {"local", "moon", "fednh", "fedsa", "fedproto", "feddebias", "local_pm", "fedavg_pm"} <= set(STATEFUL)
+    assert {"local", "moon", "fednh", "fedsa", "fedproto", "feddebias", "local_pm", "fedavg_pm", "fedper", "fedrep",
+            "ditto", "fedrod", "creff"} <= set(STATEFUL)
 
 
 @pytest.mark.parametrize("name, engine", [(name, "sequential") for name in STATEFUL] + [("local", "vectorized")])

@@ -35,7 +35,8 @@ def tiny(tmp_path, *overrides: str):
         "data.num_clients=6", "data.partition.min_size=3", "train.batch_size=8", "train.local_epochs=2",
         "train.optimizer.momentum=0.9", "train.optimizer.weight_decay=0.001", "train.grad_clip=1.0",
         "algorithm.fedfm.warmup_rounds=0", "algorithm.fedfm_lite.warmup_rounds=0", "algorithm.fedfm_lite.period=2",
-        "algorithm.fedavg_periodic.period=2", f"data.partitions_dir={tmp_path}", *overrides])
+        "algorithm.fedavg_periodic.period=2", "algorithm.fedrep.head_epochs=2", "algorithm.creff.match_steps=3",
+        "algorithm.creff.retrain_epochs=2", f"data.partitions_dir={tmp_path}", *overrides])
 
 
 def assert_close(a, b, atol: float, where: str) -> None:

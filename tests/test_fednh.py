@@ -14,7 +14,8 @@ from orchestrator.datasets import prepare_data
 from orchestrator.federation import Server, in_process_calls, run_in_process
 from orchestrator.storage import torch_bytes, torch_load_safe
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
-from tasks.algorithms.fednh import PROTOTYPES, SCALE, FedNHParams, weighted_correct
+from tasks.algorithms.fednh import PROTOTYPES, SCALE, FedNHParams
+from tasks.algorithms.personal import weighted_correct
 from tasks.algorithms.prototypes import (
     initial_prototypes,
     optimised_prototypes,

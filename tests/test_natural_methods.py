@@ -25,7 +25,10 @@ def federations(tmp_path_factory):
     write_leaf(tmp, "femnist", "train", femnist_users(0, {"a": 12, "b": 10, "c": 8}))
     write_leaf(tmp, "femnist", "test", femnist_users(1, {"a": 3, "b": 3, "c": 3}))
     base = [f"data.root={tmp}", f"data.partitions_dir={tmp}/p", "data.num_clients=3", "data.partition.min_size=4",
-            "train.clients_per_round=3", "train.batch_size=8", "tracking.enabled=false"]
+            "train.clients_per_round=3", "train.batch_size=8", "tracking.enabled=false",
+            # CReFF's server re-trains on C × num_features features for 300 passes a round at its defaults
+            "algorithm.creff.num_features=4", "algorithm.creff.match_steps=2", "algorithm.creff.retrain_epochs=2",
+            "algorithm.creff.grad_draws=2"]
     out = {}
     for name, sets in SETS.items():
         cfg = load_config("configs/shakespeare.yaml", base + sets)

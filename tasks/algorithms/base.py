@@ -8,7 +8,8 @@ Read it like Flower's strategy API:
                  updates = [client_update(payload, data_i, state_i, ctx_i) for sampled i]
                  state = aggregate(state, updates, t) # in client-id order, so results never depend on timing
     client:  init_client(data, gen) -> persistent client state (a personal head, a private model, ...)
-             local_objective(payload, data, state_i, ctx) -> where training starts and what the loss reads
+             local_objective(payload, data, state_i, ctx) -> where training starts, what the loss reads, and
+                                                             the round's phases if it has several (FedRep)
              local_loss(params, x, y, h, logits, inputs)  -> the per-batch loss (CE plus the method's term)
              client_result(trained, loss, ...)            -> the update sent up and the client's next state
              client_evaluate(...)   -> personalized accuracy on the client's own test split
@@ -400,7 +401,7 @@ class Algorithm:
         model = self.working_model(objective.start, key=objective.model_key, device=ctx.device)
         if objective.record_seen:
             ctx.recorded = ClassMeans(data.num_classes, model.feature_dim, objective.record_clip)
-        loss = train_objective(model, data, ctx, self.local_loss, objective.inputs, recorder=ctx.recorded)
+        loss = train_phases(model, data, ctx, self.local_loss, objective)
         return self.client_result(state_of(model), loss, payload, data, client_state, ctx)
 
     def step_hooks(self, rounds: list, params: dict[str, torch.Tensor]) -> list:
@@ -422,6 +423,45 @@ class Algorithm:
         return ""
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of a client's round that trains only some of the parameters, on passes over the data of its own
+    (FedRep: the head with the body held, then the body with the head held). A round's phases run in order, each
+    from where the one before ended, with an optimizer of its own and batches drawn from the client's round
+    generator; local_loss reads the phase's name as inputs["phase"]. A parameter trains in the phase if its name
+    starts with one of `trains` (None: every parameter) and with none of `holds`."""
+
+    name: str
+    trains: tuple[str, ...] | None = None
+    holds: tuple[str, ...] = ()
+    local_epochs: int | None = None  # its passes over the data (None: train.local_epochs; train.local_steps rules)
+
+    def trains_parameter(self, name: str) -> bool:
+        return (self.trains is None or name.startswith(self.trains)) and not name.startswith(self.holds)
+
+    def context(self, ctx: RoundContext) -> RoundContext:
+        """The client's round context for this phase: its passes over the data, the same generator."""
+        if self.local_epochs is None:
+            return ctx
+        return dataclasses.replace(ctx, train=dataclasses.replace(ctx.train, local_epochs=self.local_epochs))
+
+    def inputs(self, inputs: State) -> State:
+        return {**inputs, "phase": self.name}
+
+
+@contextmanager
+def training_only(model: nn.Module, phase: Phase | None):
+    """The parameters `phase` does not train held (requires_grad off) for the block, then as they were."""
+    held = [p for name, p in model.named_parameters() if p.requires_grad and phase and not phase.trains_parameter(name)]
+    for p in held:
+        p.requires_grad_(False)
+    try:
+        yield model
+    finally:
+        for p in held:
+            p.requires_grad_(True)
+
+
 @dataclass
 class LocalObjective:
     """One client's round as the engines see it: the state its model starts from, and the tensors its loss reads
@@ -433,6 +473,9 @@ class LocalObjective:
     model_key: Any = "global"  # which per-process model (architecture) trains it
     record_seen: bool = False  # the engine records the features met in training per class, in ctx.recorded
     record_clip: float | None = None  # ...each clipped to this ℓ2 norm first (privacy.stats)
+    # the round as consecutive phases, each training a part of the parameters (FedRep); () = one pass training
+    # every parameter. The features are recorded (record_seen) in the last phase only.
+    phases: tuple[Phase, ...] = ()
 
 
 # ------------------------------------------------------------------------------- shared building blocks
@@ -524,6 +567,20 @@ def train_objective(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn
         total += float(loss.detach())
         count += 1
     return total / max(count, 1)
+
+
+def train_phases(model: FLModel, data: ClientData, ctx: RoundContext, loss_fn: LossFn, objective: LocalObjective) -> float:
+    """The sequential engine over the objective's phases (one pass of every parameter where it has none), from the
+    model as loaded; the last phase's mean loss, its features recorded into ctx.recorded."""
+    if not objective.phases:
+        return train_objective(model, data, ctx, loss_fn, objective.inputs, recorder=ctx.recorded)
+    loss = 0.0
+    for i, phase in enumerate(objective.phases):
+        recorder = ctx.recorded if i == len(objective.phases) - 1 else None
+        with training_only(model, phase):
+            loss = train_objective(model, data, phase.context(ctx), loss_fn, phase.inputs(objective.inputs),
+                                   recorder=recorder)
+    return loss
 
 
 def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_loss=None, after_step=None) -> float:

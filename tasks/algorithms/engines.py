@@ -12,12 +12,15 @@
   of steps is masked out of the update, so a short last batch or fewer steps change nothing for the others.
   Where an objective asks (`LocalObjective.record_seen`: FedProto, FedSA), both engines also sum the training
   batches' detached features per class into the client's `RoundContext.recorded`;
-  a method's own per-step side computations run through its `step_hooks` (FedFA).
+  a method's own per-step side computations run through its `step_hooks` (FedFA). A round in phases
+  (`LocalObjective.phases`: FedRep, FedBABU, Ditto, FedRoD) is one such training per phase (`train_rounds`), each
+  training the parameters its phase names, from where the previous one left every client.
 
 `auto` takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -35,6 +38,7 @@ from tasks.algorithms.base import (
     State,
     TrainSettings,
     batch_indices,
+    training_only,
 )
 from tasks.algorithms.faults import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
@@ -392,6 +396,28 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     return TrainedBatch({**params, **fixed}, state_names, by_client, order)
 
 
+def train_rounds(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+                 batches: list[list[torch.Tensor]] | None = None) -> TrainedBatch:
+    """train_vectorized over the clients' phases (LocalObjective.phases, the same for every client of a call), each
+    from where the one before left every client, as base.train_phases runs them one client at a time. `batches`
+    (already drawn) serve a round without phases only."""
+    phases = rounds[0].objective.phases
+    if not phases:
+        return train_vectorized(algorithm, model, rounds, batches)
+    result, starts = None, [r.objective.start for r in rounds]
+    for i, phase in enumerate(phases):
+        last = i == len(phases) - 1
+        phase_rounds = [ClientRound(r.data, phase.context(r.ctx), dataclasses.replace(
+            r.objective, start=start, inputs=phase.inputs(r.objective.inputs), phases=(),
+            record_seen=r.objective.record_seen and last)) for r, start in zip(rounds, starts)]
+        with training_only(model, phase):
+            result = train_vectorized(algorithm, model, phase_rounds)
+        starts = [t.state for t in result.each()] if not last else starts
+    for r, phase_round in zip(rounds, phase_rounds):
+        r.ctx.recorded = phase_round.ctx.recorded
+    return result
+
+
 def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
     """Whether `fold_one_step` is exact for these clients: plain SGD (momentum and weight decay are linear in a
     first step), no gradient clipping, no per-step side computation, one start state and one set of loss inputs
@@ -399,7 +425,7 @@ def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
     from tasks.algorithms.capabilities import defines
 
     train, first = rounds[0].ctx.train, rounds[0].objective
-    return (train.optimizer == "sgd" and train.grad_clip is None and not first.record_seen
+    return (train.optimizer == "sgd" and train.grad_clip is None and not first.record_seen and not first.phases
             and not defines(type(algorithm), Algorithm, "step_hooks")
             and all(r.objective.start is first.start for r in rounds)
             and not any(split_inputs([r.objective.inputs for r in rounds])[1]))

@@ -13,18 +13,18 @@ docs/methods/fednh.md:
 - §4: the server averages the bodies uniformly (Alg. 1 and the code, not by sample count) and moves W by the
   code's class-wise rule (prototypes.smoothed_prototype_update); a class that no participant holds is unchanged.
 - §5: the global model (GM) is (θ^{t+1}, W^{t+1}, s), evaluated by the server. The personalized model of a client
-  is its latest local model (θ_k, the W it trained against, its s), kept in its state; a client that has not
-  trained yet is judged by the current global model. The spec's §12.1 instead fine-tunes every client once after
-  the last round; here every client's last participation stands in for that.
+  (`personal_model`, tasks/algorithms/personal.py) is by default §12.1's: one local update from the current global
+  model, W frozen, trained for the evaluation and not kept; `latest` is its latest local model (θ_k, the W it
+  trained against, its s) from its last participation, kept in its state (§5.1, the authors' code).
 
-Personalized metrics (client_evaluate): "acc", the HEADLINE, is the latest local model's accuracy on the client's
+Personalized metrics (client_evaluate): "acc", the HEADLINE, is the personalized model's accuracy on the client's
 own test split (the framework's personalized accuracy, comparable with Local, FedProto and FedSA); "pm_l" and
 "pm_v" are the paper's PM(L) and PM(V) on the global test set, weighted per class by the client's training label
 frequencies / by the presence of the class in its training set. The paper's PM is the mean over clients:
 `personalized_pm_v_client_mean`, with its fairness spread `personalized_pm_l_client_std`.
 
-Also here, for the §12 comparisons under the same §5 protocol: `fedavg_pm` (FedAvg whose personalized model is the
-latest local model) and `local_pm` (Local), both reporting acc / pm_l / pm_v.
+Also here, for the §12 comparisons under the same §5 protocol: `fedavg_pm` (FedAvg with the same personalized model
+rule) and `local_pm` (Local, its own model), both reporting acc / pm_l / pm_v.
 """
 from __future__ import annotations
 
@@ -39,10 +39,8 @@ from tasks.algorithms.base import (
     Algorithm,
     ClientData,
     ClientUpdate,
-    HyperParams,
     RoundContext,
     class_feature_stats,
-    evaluating,
     searchable,
     seeded_generator,
     state_of,
@@ -50,6 +48,7 @@ from tasks.algorithms.base import (
 )
 from tasks.algorithms.fedavg import FedAvg
 from tasks.algorithms.local import Local
+from tasks.algorithms.personal import PersonalEvalParams, PersonalizedModel, personalized_accuracies
 from tasks.algorithms.prototypes import (
     initial_prototypes,
     mean_nearest_neighbour_distance,
@@ -64,7 +63,7 @@ SCALE = "classifier.scale"
 PROTOTYPE_STREAM = 0x9D4
 
 
-class FedNHParams(HyperParams):
+class FedNHParams(PersonalEvalParams):
     rho: float = searchable(0.9, 0.1, 0.9, ge=0, le=1,
                             description="ρ: weight kept on the old prototype in Eq. (4) (1 = FedUH, never updated)")
     scale: float = Field(1.0, gt=0, description="s: the logits' scale; its initial value when learn_scale (the "
@@ -107,36 +106,8 @@ class NormalizedBodyModel(FLModel):
 
 
 # ----------------------------------------------------------------------- personalized evaluation (§5)
-@torch.no_grad()
-def predictions(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    with evaluating(model):
-        return torch.cat([model(x[i:i + batch_size]).argmax(dim=1).cpu() for i in range(0, len(x), batch_size)])
-
-
-def weighted_correct(correct: torch.Tensor, y: torch.Tensor, class_weight: torch.Tensor) -> tuple[float, float]:
-    """(Σ_j α(y_j)·1[ŷ_j = y_j], Σ_j α(y_j)): docs/methods/fednh.md §5.2's weighted accuracy as a (correct, total) pair."""
-    w = class_weight.double()[y]
-    return float((w * correct.double()).sum()), float(w.sum())
-
-
-def personalized_accuracies(model: nn.Module, data: ClientData, device=None) -> dict[str, tuple[float, float]]:
-    """acc on the client's own test split; PM(L) and PM(V) on the global test set as the client sees it."""
-    to = (lambda t: t.to(device)) if device is not None else (lambda t: t)
-    out = {}
-    if len(data.y_test):  # §12.1 trains on all client data: no own split, PM on the global test set only
-        own = predictions(model, to(data.x_test)) == data.y_test.cpu()
-        out["acc"] = (float(own.sum()), float(len(own)))
-    if data.global_x_test is not None:
-        y = data.global_y_test.cpu()
-        correct = predictions(model, to(data.global_x_test)) == y
-        counts = data.class_counts().double().cpu()
-        out["pm_l"] = weighted_correct(correct, y, counts / counts.sum().clamp_min(1.0))
-        out["pm_v"] = weighted_correct(correct, y, (counts > 0).double())
-    return out
-
-
 class LatestLocalModelEvaluation:
-    """Personalized model = the client's latest local model (its state's "model"), else the global model."""
+    """Personalized model = the client's latest local model (its state's "model"), else the global model (Local)."""
 
     personalized = True
     keeps_client_state = True
@@ -148,8 +119,9 @@ class LatestLocalModelEvaluation:
 
 # ------------------------------------------------------------------------------------------ FedNH
 @register
-class FedNH(LatestLocalModelEvaluation, Algorithm):
+class FedNH(PersonalizedModel, Algorithm):
     name = "fednh"
+    keeps_client_state = True
     Params = FedNHParams
 
     def new_model(self, seed: int | None = None, name: str | None = None, options: dict | None = None) -> FLModel:
@@ -197,11 +169,13 @@ class FedNH(LatestLocalModelEvaluation, Algorithm):
 
 # ------------------------------------------------------------- baselines under the same §5 protocol
 @register
-class FedAvgPM(LatestLocalModelEvaluation, FedAvg):
-    """FedAvg whose personalized model is its latest local model (docs/methods/fednh.md §5.1)."""
+class FedAvgPM(PersonalizedModel, FedAvg):
+    """FedAvg whose personalized model is a local update of the global model (docs/methods/fednh.md §5.1, §12.1)."""
 
     name = "fedavg_pm"
     protocol_variant = True
+    keeps_client_state = True
+    Params = PersonalEvalParams
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
         update, _ = super().client_result(trained, train_loss, payload, data, client_state, ctx)

@@ -367,7 +367,7 @@ class ResourcesConfig(Strict):
         "for the calls in flight")
     partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
                                "not each model, where the method averages them as FedAvg does; the history then "
-                               "depends on the number of actors in the last float32 bit (README)")
+                               "depends on the number of actors in the last float32 bit (docs/design.md, \"How it runs\")")
 
 
 # -------------------------------------------------------------------------------------- participation

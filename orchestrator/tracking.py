@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 # MLflow's usage telemetry is off for every run and for `mooring ui` unless the user turns it on
-# (MLFLOW_DISABLE_TELEMETRY=false; README, "Tracking")
+# (MLFLOW_DISABLE_TELEMETRY=false; docs/how-to/compare.md, "MLflow and `mooring ui`")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")

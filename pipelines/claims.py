@@ -289,7 +289,7 @@ def configure(parser) -> None:
                         help="rewrite the report from the histories saved under --results, running nothing")
     parser.add_argument("--budget", default="short", metavar="NAME",
                         help="short (default): the configs as written, for `make claims`; full: the specs' protocols "
-                             "(each config's claims.budgets.full; README lists the expected durations)")
+                             "(each config's claims.budgets.full; benchmarks/README.md lists the expected durations)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override every run of the protocol (a smaller budget: --set train.rounds=30); "
                              "recorded in the report's reproduce command")

@@ -99,7 +99,7 @@ class LocalCluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env |= {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_AUTH_MODE": "token",
                      "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0", **FAST_FAILURE_DETECTION,
-                     # as the README and k8s/raycluster.yaml start a cluster: workers at niceness 15 would get
+                     # as docs/how-to/cluster.md and k8s/raycluster.yaml start a cluster: workers at niceness 15 would get
                      # almost no CPU beside a busy process (the suite is also run with CPU burners beside it)
                      "RAY_worker_niceness": "0"}
         self.nodes: list[Node] = []

@@ -9,7 +9,7 @@ The same for the files a config points at (issue 36): availability and system tr
 `config check`, and LEAF files through their loaders (a refusal's exception must be one the CLI reports with exit 2).
 
 CASES examples run in `make test` (MOORING_PROPERTY_CASES to change it), a quarter of that for each kind of file;
-the README reports the numbers."""
+docs/how-to/configure.md, "Bad input", reports the numbers."""
 from __future__ import annotations
 
 import hashlib

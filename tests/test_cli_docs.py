@@ -1,5 +1,6 @@
-"""The README and the CLI without dead ends: links resolve, every option explains itself, `config show` shows
-the active algorithm's block, and the README says what `--help` says."""
+"""The README, the user guide (docs/how-to/) and the CLI without dead ends: links and their anchors resolve, the
+README stays a short guide that reaches every page of the user guide, every option explains itself, `config show`
+shows the active algorithm's block, and the cluster guide says what `--help` says."""
 from __future__ import annotations
 
 import argparse
@@ -11,29 +12,64 @@ import yaml
 from orchestrator.cli import build_parser
 from orchestrator.commands.config import resolved_yaml
 from orchestrator.config import load_config
+from orchestrator.docs_site import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+GUIDE = ROOT / "docs" / "how-to"  # the user guide's pages, which the README links to
 
 
 def relative_links(markdown: Path) -> list[str]:
     return [t for t in LINK.findall(markdown.read_text()) if "://" not in t and not t.startswith(("#", "mailto:"))]
 
 
-def test_every_relative_link_in_the_readme_resolves():
-    links = relative_links(ROOT / "README.md")
-    assert "docs/design.md" in links
-    missing = [t for t in links if not (ROOT / t.split("#")[0]).exists()]
-    assert missing == []
-    design = ROOT / "docs" / "design.md"
-    assert [t for t in relative_links(design) if not (design.parent / t.split("#")[0]).exists()] == []
+def heading_anchors(markdown: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub and the site's toc both make them."""
+    return {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", markdown.read_text(), re.M)}
 
 
-def test_readme_anchors_exist():
-    text = (ROOT / "README.md").read_text()
-    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
-    anchors = [t[1:] for t in LINK.findall(text) if t.startswith("#")]
-    assert anchors and [a for a in anchors if a not in headings] == []
+def dead_links(markdown: Path) -> list[str]:
+    """The relative links of a page to no file, or to a heading its target page lacks (own anchors included); the
+    reference pages the site generates (docs_site.REFERENCE) count as files: tests/test_docs_site.py builds them."""
+    generated = {(ROOT / "docs" / page).resolve() for page in REFERENCE}
+    dead = []
+    for target in LINK.findall(markdown.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (markdown.parent / path).resolve() if path else markdown
+        if linked in generated:
+            continue
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked)):
+            dead.append(target)
+    return dead
+
+
+def test_dead_links_finds_a_missing_file_and_a_missing_heading(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A heading\n[ok](#a-heading) [gone](gone.md) [bad](#no-such-heading) [self](page.md)\n")
+    assert dead_links(page) == ["gone.md", "#no-such-heading"]
+
+
+def test_every_relative_link_in_the_readme_and_the_guide_resolves_with_its_anchor():
+    assert "docs/design.md" in relative_links(ROOT / "README.md")
+    pages = [ROOT / "README.md", ROOT / "docs" / "design.md", ROOT / "benchmarks" / "README.md",
+             *sorted(GUIDE.glob("*.md"))]
+    dead = {str(page.relative_to(ROOT)): dead_links(page) for page in pages}
+    assert {page: links for page, links in dead.items() if links} == {}
+
+
+def test_the_readme_is_a_short_guide_that_links_to_every_page_of_the_user_guide():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) <= 160  # issue 42: a guide of about 150 lines, not a lab notebook
+    linked = {(ROOT / t.split("#")[0]).resolve() for t in relative_links(readme)}
+    guide = sorted(GUIDE.glob("*.md"))
+    assert guide and [str(page.relative_to(ROOT)) for page in guide if page.resolve() not in linked] == []
+    seconds = re.findall(r"\d+(?:\.\d+)? s\b", readme.read_text())
+    assert seconds == [], f"measured timings belong in benchmarks/README.md, not the README: {seconds}"
 
 
 def every_action(parser: argparse.ArgumentParser, path: str):
@@ -52,10 +88,10 @@ def test_every_option_has_help_text():
     assert undocumented == []
 
 
-def test_readme_and_help_agree_on_address_defaults():
+def test_the_cluster_guide_and_help_agree_on_address_defaults():
     parser, _ = build_parser()
     helps = {(path, tuple(a.option_strings)): a.help for path, a in every_action(parser, "mooring")}
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((GUIDE / "cluster.md").read_text().split())
     submit_help = helps[("mooring submit", ("--address",))]
     assert "RAY_API_SERVER_ADDRESS, RAY_ADDRESS" in submit_help
     assert "defaults to `RAY_API_SERVER_ADDRESS`, else `RAY_ADDRESS`, else `http://127.0.0.1:8265`" in readme
@@ -81,7 +117,7 @@ def cited_sections() -> dict[tuple[str, str], str]:
     """{(page, section): a file that cites it}, from the code, the configs and the docs."""
     cited = {}
     for pattern in ("orchestrator/**/*.py", "tasks/**/*.py", "pipelines/**/*.py", "benchmarks/**/*.py", "tests/*.py",
-                    "configs/**/*.yaml", "*.md", "docs/*.md", "benchmarks/*.md"):
+                    "configs/**/*.yaml", "*.md", "docs/**/*.md", "benchmarks/*.md"):
         for path in ROOT.glob(pattern):
             for page, sections in CITATION.findall(path.read_text(encoding="utf-8")):
                 for section in re.findall(r"§([0-9.]*[0-9])", sections):

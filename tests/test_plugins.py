@@ -459,7 +459,7 @@ def test_no_outside_code_resumes_a_run_directory_from_someone_else_without_runni
         assert "--no-outside-code refuses" in capsys.readouterr().err
         assert not ran.exists() and "helper" not in sys.modules
         monkeypatch.setattr(registry.OutsideCode, "refused", False)
-        cli.main(["config", "check", "config.yaml"])  # without it, helper.py runs: what README warns about
+        cli.main(["config", "check", "config.yaml"])  # without it, helper.py runs: what docs/how-to/runs.md warns about
         assert ran.exists()
     finally:
         sys.modules.pop("helper", None)

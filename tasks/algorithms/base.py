@@ -277,7 +277,7 @@ class Algorithm:
     # a client's state persists between its rounds, so it trains on the actor that holds it (derived: defines
     # init_client, client_result or client_update); False lets the coordinator balance a round's clients
     keeps_client_state: ClassVar[bool | None] = None
-    # why the vectorized engine cannot train this method ("" = it can); the README lists every reason
+    # why the vectorized engine cannot train this method ("" = it can); docs/design.md, "How it runs", lists every reason
     not_vectorized: ClassVar[str] = ""
     # a variant kept for one paper's protocol (another evaluation, a sync period), left out of `--algorithms all`
     protocol_variant: ClassVar[bool] = False

@@ -1,7 +1,7 @@
 """The method contract (docs/method-contract.md) covers the interface as the code has it: every public attribute and
 hook of `Algorithm` is named there, every hook with the parameters it has now, and every field of the types a hook
 receives or returns (RoundContext, ClientUpdate, LocalObjective, ClientData). A hook added, renamed or given another
-parameter without the page fails here."""
+parameter without the page fails here; and the check of rule 1 for a loss finds a loss that breaks it."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,9 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
+from orchestrator.engine_check import engine_differences, padded
 from tasks.algorithms.base import Algorithm, ClientData, ClientUpdate, LocalObjective, RoundContext
 
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "method-contract.md").read_text(encoding="utf-8")
@@ -61,3 +63,23 @@ def test_every_field_of_the_types_hooks_exchange_is_on_the_contract_page(kind):
                                                                                and not n.startswith("_"))]
     missing = [n for n in names if f"`{n}" not in section]
     assert not missing, f"{kind.__name__}'s {missing} not described on docs/method-contract.md"
+
+
+class PlainMean(Algorithm):
+    """Breaks rule 1 of "Rules for a loss": a plain batch mean that counts the vectorized engine's padding."""
+
+    name = "plain_mean"
+
+    def local_loss(self, params, x, y, h, logits, inputs, weight=None):
+        return torch.nn.functional.cross_entropy(logits, y)
+
+
+def test_the_engine_check_new_methods_get_finds_a_loss_that_ignores_the_padding(tmp_path):
+    """What `mooring new method`'s written test runs: on its uneven federation batches are padded, FedProx's loss
+    (which honours `weight`) trains alike on both engines, and a plain mean does not."""
+    assert padded(tmp_path)
+    assert engine_differences("fedprox", tmp_path, rounds=1) == []
+    found = engine_differences(PlainMean, tmp_path, rounds=1)
+    assert all(line.startswith("round 0 client ") for line in found), found
+    assert any(" tensors." in line and "differs by up to" in line for line in found), found
+    assert any(" metrics.train_loss: " in line for line in found), found

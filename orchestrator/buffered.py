@@ -37,7 +37,7 @@ def buffered_refusal(kind: type[Algorithm]) -> str:
     """Why a method cannot run buffered, or "": it must average models as FedAvg does, keep no client state and
     exchange nothing before training (docs/participation.md says which others could, and how)."""
     can = kind.capabilities()
-    if not can.averages_models or kind.payload is not Algorithm.payload or not can.global_model:
+    if not can.averages_models or not can.broadcasts_model or not can.global_model:
         return f"{kind.name} does not aggregate by averaging models as FedAvg does"
     if can.keeps_client_state:
         return f"{kind.name} keeps client state"

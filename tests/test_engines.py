@@ -10,18 +10,12 @@ from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_host import ClientHost
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
+from orchestrator.engine_check import ADAM_ATOL, RTOL, SGD_ATOL
 from orchestrator.federation import Server, run_in_process
 from orchestrator.methods import build_algorithm
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.base import batch_mean, cross_entropy
 from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
-
-# float32 tolerances, vectorized against sequential after a round (|a − b| ≤ atol + RTOL·|b|): the arithmetic differs
-# only in summation order (bmm against mm, a padded mean); RTOL covers the per-class feature sums (values ~20); Adam
-# divides by √v, which magnifies that order's last bits on its first steps
-SGD_ATOL = 2e-5
-ADAM_ATOL = 2e-4
-RTOL = 1e-5
 
 # every registered method, so a new one is checked on both engines without being listed here: at its defaults,
 # each trains vectorised unless its class states why it cannot

@@ -211,20 +211,41 @@ def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_
                                 "so it would be dropped; declare keeps_client_state = True to keep it"), engine
 
 
+def pytest_in(directory: Path, *argv: str) -> str:
+    """A fresh `python -m pytest` in `directory`, as a user runs a new method's tests from there; its summary."""
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *argv], cwd=directory,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 0, test.stdout[-3000:]
+    return test.stdout
+
+
 def test_mooring_new_method_writes_the_documented_method_and_a_test_of_its_loss_that_passes(tmp_path, capsys):
     from orchestrator import cli
 
     assert cli.main(["new", "method", "my_prox", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith(  # outside the working directory: a flat module, run from there
+        f"from {tmp_path.resolve()}, name it as algorithm.name: my_prox:MyProx and test it with "
+        "python -m pytest test_my_prox.py")
     assert (tmp_path / "my_prox.py").read_text() == METHOD  # docs/design.md's example is what the command writes
-    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_prox.py"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
-    capsys.readouterr()
+    assert "2 passed" in pytest_in(tmp_path, "test_my_prox.py")  # its loss by hand, both engines alike
     assert cli.main(["new", "method", "my_prox", "--dir", str(tmp_path)]) == 2  # nothing is overwritten
     assert capsys.readouterr().err.splitlines() == [
         f"error: mooring new method: {tmp_path / 'my_prox.py'}, {tmp_path / 'test_my_prox.py'} already exists; "
         "nothing was written"]
+
+
+def test_a_new_method_below_the_working_directory_is_a_package_module_named_from_there(tmp_path, monkeypatch):
+    from orchestrator.commands.new import Layout, layout
+
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "__init__.py").write_text("# the lab's own\n")
+    assert layout("m", tmp_path / "a" / "b", tmp_path) == Layout(
+        "a.b.m", tmp_path.resolve(), (tmp_path / "a" / "__init__.py", tmp_path / "a" / "b" / "__init__.py"))
+    assert layout("m", tmp_path / "done", tmp_path) == Layout("done.m", tmp_path.resolve())  # kept as it is
+    for flat in (tmp_path, tmp_path / "my-lab", tmp_path / "a" / "class", tmp_path.parent):  # no package name
+        assert layout("m", flat, tmp_path) == Layout("m", flat.resolve())
+    monkeypatch.chdir(tmp_path)
+    assert layout("m", Path("lab"), None) == Layout("lab.m", tmp_path.resolve(), (tmp_path / "lab" / "__init__.py",))
 
 
 @pytest.mark.parametrize("name, problem", [
@@ -465,13 +486,26 @@ def test_no_outside_code_resumes_a_run_directory_from_someone_else_without_runni
         sys.modules.pop("helper", None)
 
 
-def test_mooring_new_method_stateful_writes_the_documented_scaffold_sized_method_whose_test_passes(tmp_path):
+def test_mooring_new_method_stateful_writes_the_documented_scaffold_sized_method_whose_test_passes(
+        tmp_path, monkeypatch, capsys):
+    """In the package layout README recommends (`--dir my_lab`, run from the project), with and without --stateful:
+    the printed reference names the method from there, and the written tests pass there."""
     from orchestrator import cli
 
     documented = re.search(r"### A method with state.*?```python\n(.*?)```", DESIGN.read_text(), re.S).group(1)
-    assert cli.main(["new", "method", "my_scaffold", "--stateful", "--dir", str(tmp_path)]) == 0
-    assert (tmp_path / "my_scaffold.py").read_text() == documented
-    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_scaffold.py"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout[-2000:]
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new", "method", "my_scaffold", "--stateful", "--dir", "my_lab"]) == 0
+    assert cli.main(["new", "method", "my_prox", "--dir", "my_lab"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == ("wrote my_lab/my_scaffold.py and my_lab/test_my_scaffold.py, my_lab/__init__.py; from "
+                          f"{tmp_path.resolve()}, name it as algorithm.name: my_lab.my_scaffold:MyScaffold and test it "
+                          "with python -m pytest my_lab/test_my_scaffold.py")
+    assert "algorithm.name: my_lab.my_prox:MyProx" in printed[1] and "__init__" not in printed[1]
+    assert (tmp_path / "my_lab" / "my_scaffold.py").read_text() == documented
+    with working_directory(tmp_path):  # the printed references resolve from the project
+        from tasks.algorithms import ALGORITHMS
+
+        for reference, name in (("my_lab.my_scaffold:MyScaffold", "my_scaffold"), ("my_lab.my_prox:MyProx", "my_prox")):
+            assert ALGORITHMS.get(load_config(None, [f"algorithm.name={reference}"]).algorithm.name).name == name
+    assert "4 passed" in pytest_in(tmp_path, "my_lab")  # by hand, and both engines alike, for each
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_lab"]  # the tests wrote nothing into the project

@@ -3,10 +3,18 @@
 The method is FedProx, as docs/design.md's "Adding a method" shows it (a test checks that the two agree): a
 method that runs as written, whose loss you then replace with yours; with --stateful, SCAFFOLD-sized (client state,
 server state, an extra upload), as that section's "A method with state" shows it. The test checks its loss against a hand
-computation on tiny tensors; change it with the loss. Nothing is overwritten."""
+computation on tiny tensors (change it with the loss), and that both engines train it alike on padded batches
+(orchestrator/engine_check.py). Nothing is overwritten.
+
+Where the files go decides how the method is named (docs/method-contract.md, "Your method's files"): a `--dir` below
+the working directory is a package, imported from the working directory (`--dir my_lab` makes
+`my_lab.my_prox:MyProx`, writing `my_lab/__init__.py` where missing), as `mooring` and `pytest` run from there;
+the working directory itself, or one outside it, or one whose path is no Python name, holds a flat module
+(`my_prox:MyProx`), imported when `mooring` and `pytest` run from that directory."""
 from __future__ import annotations
 
 import keyword
+from dataclasses import dataclass
 from pathlib import Path
 
 METHOD = '''"""{cls}: FedProx's loss, cross-entropy plus (mu/2)·‖w − w_global‖², to replace with yours."""
@@ -29,13 +37,15 @@ class {cls}(Algorithm):
         return cross_entropy(logits, y, weight) + 0.5 * self.params.mu * proximal
 '''
 
-TEST = '''"""{cls}'s loss against a hand computation on tiny tensors (run: python -m pytest test_{name}.py)."""
+TEST = '''"""{cls}'s loss against a hand computation on tiny tensors, and both engines alike on it.
+Run: {run}"""
 import math
 
 import torch
 
+from orchestrator.engine_check import engine_differences
 from tasks.algorithms.base import Setup
-from {name} import {cls}, {cls}Params
+from {module} import {cls}, {cls}Params
 
 
 def test_the_loss_is_cross_entropy_plus_half_mu_times_the_squared_distance_to_the_global_model():
@@ -45,6 +55,11 @@ def test_the_loss_is_cross_entropy_plus_half_mu_times_the_squared_distance_to_th
     logits, y = torch.tensor([[0.0, math.log(3.0)]]), torch.tensor([1])  # p(y) = 3 / (1 + 3)
     loss = method.local_loss(params, None, y, None, logits, {{"anchor": anchor}})
     assert math.isclose(loss.item(), -math.log(0.75) + 0.5 * 0.5 * (1.0 + 4.0), rel_tol=1e-6)
+
+def test_both_engines_train_it_alike_on_padded_batches(tmp_path):
+    """Six clients of unequal sizes, batch 8: the vectorized engine pads short batches with weight-0 samples, so the
+    loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is the reference."""
+    assert engine_differences({cls}, tmp_path) == []
 '''
 
 
@@ -107,12 +122,14 @@ class {cls}(Algorithm):
         return {{**state, "model": model, "c": c}}
 '''
 
-STATEFUL_TEST = '''"""{cls}'s control-variate update by hand: one client, one step (run: python -m pytest test_{name}.py)."""
+STATEFUL_TEST = '''"""{cls}'s control-variate update by hand (one client, one step), and both engines alike on it.
+Run: {run}"""
 import torch
 import torch.nn.functional as F
 
+from orchestrator.engine_check import engine_differences
 from tasks.algorithms.base import ClientData, RoundContext, Setup, TrainSettings
-from {name} import {cls}
+from {module} import {cls}
 
 
 def test_after_one_plain_sgd_step_the_client_variate_is_the_gradient_at_the_start():
@@ -133,6 +150,11 @@ def test_after_one_plain_sgd_step_the_client_variate_is_the_gradient_at_the_star
     for name, p in model.named_parameters():  # y = x − η(g + c − c_i), so c_i⁺ = c_i − c + (x − y)/η = g
         assert torch.allclose(new_client["c"][name], p.grad, atol=1e-5)
         assert torch.allclose(update.stats["delta_c"][name], p.grad + 0.2, atol=1e-5)
+
+def test_both_engines_train_it_alike_on_padded_batches(tmp_path):
+    """Six clients of unequal sizes, batch 8: the vectorized engine pads short batches with weight-0 samples, so the
+    loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is the reference."""
+    assert engine_differences({cls}, tmp_path) == []
 '''
 
 
@@ -147,9 +169,36 @@ def configure(parser) -> None:
                              "instead of FedProx's loss")
 
 
-def method_files(name: str, stateful: bool = False) -> dict[str, str]:
-    """{file name: text} of a new method NAME and its test: FedProx's loss, or with `stateful` SCAFFOLD's state."""
-    values = {"name": name, "cls": method_class(name)}
+@dataclass(frozen=True)
+class Layout:
+    """Where a new method's module lives as Python imports it: `module` ("my_lab.my_prox", or "my_prox" flat), the
+    directory to run `mooring` and `pytest` from, and the `__init__.py` files that make `--dir` a package."""
+
+    module: str
+    run_from: Path
+    init_files: tuple[Path, ...] = ()
+
+
+def layout(name: str, directory: Path, cwd: Path | None = None) -> Layout:
+    """A package below the working directory, or a flat module run from `directory` (the module's docstring)."""
+    cwd = (cwd or Path.cwd()).resolve()
+    target = directory.resolve()
+    try:
+        parts = target.relative_to(cwd).parts
+    except ValueError:
+        parts = ()
+    if not parts or not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        return Layout(name, target)
+    packages = [cwd.joinpath(*parts[:depth]) for depth in range(1, len(parts) + 1)]
+    missing = tuple(p / "__init__.py" for p in packages if not (p / "__init__.py").exists())
+    return Layout(".".join([*parts, name]), cwd, missing)
+
+
+def method_files(name: str, stateful: bool = False, module: str | None = None) -> dict[str, str]:
+    """{file name: text} of a new method NAME and its test: FedProx's loss, or with `stateful` SCAFFOLD's state;
+    the test imports the method as `module` (default: NAME, a flat module)."""
+    module = module or name
+    values = {"name": name, "cls": method_class(name), "module": module, "run": test_command(module, name)}
     method, test = (STATEFUL_METHOD, STATEFUL_TEST) if stateful else (METHOD, TEST)
     return {f"{name}.py": method.format(**values), f"test_{name}.py": test.format(**values)}
 
@@ -192,16 +241,26 @@ def main(args) -> int:
 
     directory = Path(args.dir)
     check_name(args.name, directory)
-    files = method_files(args.name, args.stateful)
+    where = layout(args.name, directory)
+    files = method_files(args.name, args.stateful, where.module)
     existing = [str(directory / f) for f in files if (directory / f).exists()]
     if existing:
         raise ConfigError(f"mooring new method: {', '.join(existing)} already exists; nothing was written")
     directory.mkdir(parents=True, exist_ok=True)
+    for init in where.init_files:
+        init.write_text("")
     for file_name, text in files.items():
         (directory / file_name).write_text(text)
-    print(f"wrote {directory / f'{args.name}.py'} and {directory / f'test_{args.name}.py'}; from "
-          f"{directory.resolve()}, name it as algorithm.name: {args.name}:{method_class(args.name)}")
+    made = "".join(f", {init.relative_to(where.run_from)}" for init in where.init_files)
+    print(f"wrote {directory / f'{args.name}.py'} and {directory / f'test_{args.name}.py'}{made}; from "
+          f"{where.run_from}, name it as algorithm.name: {where.module}:{method_class(args.name)} and test it with "
+          f"{test_command(where.module, args.name)}")
     return 0
+
+
+def test_command(module: str, name: str) -> str:
+    """The command that runs the method `module`'s test from the directory its module is imported from."""
+    return f"python -m pytest {'/'.join([*module.split('.')[:-1], f'test_{name}.py'])}"
 
 
 def method_class(name: str) -> str:

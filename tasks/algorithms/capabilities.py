@@ -36,6 +36,10 @@ class Capabilities:
     averages_models: bool = True
     # the update sent up is the trained model as it is (FedAvg's `client_result`, no own `client_update`)
     uploads_trained_model: bool = True
+    # what goes down is FedAvg's `payload`, the global model alone (buffered aggregation may then run it)
+    broadcasts_model: bool = True
+    # side computations at every step of the vectorized engine (`step_hooks`: FedFA), so no shortcut may skip steps
+    steps_with_hooks: bool = False
 
     @property
     def vectorizable(self) -> bool:
@@ -68,6 +72,8 @@ def derive_capabilities(cls: type, base: type) -> Capabilities:
         pre_round_exchange=has("server_pre_round"),
         averages_models=not (has("aggregate") or has("round_metrics")),
         uploads_trained_model=not (has("client_result") or own_training),
+        broadcasts_model=not has("payload"),
+        steps_with_hooks=has("step_hooks"),
     )
 
 

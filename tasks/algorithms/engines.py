@@ -422,11 +422,9 @@ def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
     """Whether `fold_one_step` is exact for these clients: plain SGD (momentum and weight decay are linear in a
     first step), no gradient clipping, no per-step side computation, one start state and one set of loss inputs
     shared by every client (FedAvg, FedProx)."""
-    from tasks.algorithms.capabilities import defines
-
     train, first = rounds[0].ctx.train, rounds[0].objective
     return (train.optimizer == "sgd" and train.grad_clip is None and not first.record_seen and not first.phases
-            and not defines(type(algorithm), Algorithm, "step_hooks")
+            and not algorithm.capabilities().steps_with_hooks
             and all(r.objective.start is first.start for r in rounds)
             and not any(split_inputs([r.objective.inputs for r in rounds])[1]))
 

@@ -54,7 +54,10 @@ def test_two_drivers_share_one_study_on_postgres(ray_session, tmp_path, new_post
     client = MlflowClient(tracking_uri=mlflow_uri)
     nested = client.search_runs([client.get_run(parent_id).info.experiment_id],
                                 f"tags.mlflow.parentRunId = '{parent_id}'")
-    assert sorted(r.info.run_id for r in nested) == sorted(run_ids)  # no trial ran twice, nothing else ran
+    # no trial ran twice, and besides the trials only the best trial's one run on the test sets, by one driver
+    tested = study.user_attrs["best_on_test"]
+    assert tested["trial"] == study.best_trial.number
+    assert sorted(r.info.run_id for r in nested) == sorted([*run_ids, tested["mlflow_run_id"]])
     assert {t.user_attrs["driver"] for t in finished} == set(_drivers(study))  # both drivers ran trials
     assert len(_drivers(study)) == 2
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+import yaml
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from orchestrator.config import (
     ConfigError,
@@ -74,8 +76,13 @@ class Row(Strict):
     overrides: dict[str, Any] = Field(default_factory=dict, description="other dotted overrides for this row only")
     per_setting: dict[str, dict[str, Any]] = Field(default_factory=dict, description="setting → dotted overrides for "
                                                    "this row in that setting only (a paper value per table)")
-    tuned_by: str = Field(description="where the hyperparameters come from (a sweep on the validation split, the "
-                          "paper's defaults, ...)")
+    tuned_by: str = Field(description="where the hyperparameters come from (the paper's values, defaults, ...); "
+                          "a row tuned by `--tune` says so in the report instead")
+    tune: bool | list[str] = Field(True, description="what `mooring table --tune` searches: every searchable "
+                                   "hyperparameter of the method (true), those named, or none (false: the paper's "
+                                   "own values are kept)")
+    tune_metric: str | None = Field(None, description="KEY:AGG this row is tuned by, where the tuning's metric does "
+                                    "not see its hyperparameters (Ditto's λ moves only its personalized accuracy)")
 
 
 class Column(Strict):
@@ -146,6 +153,39 @@ class Budget(Strict):
     notes: str = ""
 
 
+class Tuning(Strict):
+    """How `mooring table --tune` tunes the rows (pipelines/table_tuning.py): in one setting, at a budget of its
+    own, on a validation split held out of the clients' training samples."""
+
+    setting: str = Field(description="the setting every row is tuned in")
+    trials: int = Field(12, ge=1, le=200, description="Optuna trials per row (TPE; the row's own values first)")
+    seed: int = Field(0, description="the trials' seed, and the sampler's")
+    validation_fraction: float = Field(0.2, gt=0, lt=1, description="share of each client's training samples "
+                                       "held out to score the trials")
+    metric: str | None = Field(None, description="KEY:AGG maximised on the validation split; default: the file's")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys for the trials only (a "
+                                      "shorter budget: train.rounds)")
+
+
+class TunedRow(Strict):
+    """What `--tune` chose for one row, as the tuned-values file records it."""
+
+    params: dict[str, Any]
+    searched: dict[str, str] = Field(description="hyperparameter → the range searched")
+    metric: str = Field(description="KEY:AGG the trials were scored by, on the validation split")
+    trials: int
+    best_validation: float
+    study: str
+    date: str
+
+
+class TunedValues(Strict):
+    """The tuned-values file (`configs/tables/<paper>.tuned.yaml`): the tuning it came from and every row's choice."""
+
+    tuning: dict[str, Any]
+    rows: dict[str, TunedRow] = Field(default_factory=dict)
+
+
 class TableFile(Strict):
     paper: str = Field(pattern=r"^[a-z0-9_]+$", description="the paper's short name: docs/tables/<paper>.md")
     title: str
@@ -157,7 +197,28 @@ class TableFile(Strict):
     rows: dict[str, Row] = Field(min_length=1)
     tables: list[Table] = Field(min_length=1)
     budgets: dict[str, Budget] = Field(default_factory=dict)
+    tuning: Tuning | None = Field(None, description="how `--tune` tunes the rows")
+    tuned: str | None = Field(None, description="the tuned-values file `--tune` writes and the digits budget reads, "
+                              "relative to this file (default <paper>.tuned.yaml beside it)")
     notes: str = ""
+    _tuned_rows: dict[str, TunedRow] = PrivateAttr(default_factory=dict)
+
+    @property
+    def tuned_rows(self) -> dict[str, TunedRow]:
+        """The rows `--tune` chose values for (read from the tuned-values file by load_table_file)."""
+        return self._tuned_rows
+
+    def tuning_metric(self, row_id: str | None = None) -> str:
+        """KEY:AGG a row is tuned by: its own `tune_metric`, else the tuning's `metric`, else the file's."""
+        own = self.rows[row_id].tune_metric if row_id is not None else None
+        return own or (self.tuning.metric if self.tuning and self.tuning.metric else None) or self.metric
+
+    @model_validator(mode="after")
+    def tuning_setting_exists(self) -> TableFile:
+        if self.tuning is not None and self.tuning.setting not in self.settings:
+            raise ValueError(f"tuning.setting: unknown setting {self.tuning.setting!r}; allowed: "
+                             f"{', '.join(self.settings)}")
+        return self
 
     @model_validator(mode="after")
     def names_resolve(self) -> TableFile:
@@ -198,14 +259,43 @@ class TableFile(Strict):
 
 def load_table_file(path: str) -> TableFile:
     """The table file, validated: one line (ConfigError) naming the file and the problem otherwise. The
-    experiment is validated too, as every run's config will be."""
+    experiment is validated too, as every run's config will be, and the tuned values are read where they exist."""
     raw = read_yaml(path)
     try:
         spec = TableFile(**raw)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, path)) from None
     build_config(dict(spec.experiment), f"{path}: experiment")
+    tuned = tuned_values_path(spec, path)
+    if tuned.is_file():
+        spec._tuned_rows = read_tuned_values(tuned, spec).rows
     return spec
+
+
+def tuned_values_path(spec: TableFile, source: str) -> Path:
+    return Path(source).parent / (spec.tuned or f"{spec.paper}.tuned.yaml")
+
+
+def read_tuned_values(path: Path, spec: TableFile) -> TunedValues:
+    try:
+        values = TunedValues(**read_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+    unknown = [r for r in values.rows if r not in spec.rows]
+    if unknown:
+        raise ConfigError(f"{path}: rows.{unknown[0]}: no such row in the table file ({', '.join(spec.rows)}); run "
+                          "`mooring table --tune` again or remove it")
+    return values
+
+
+def write_tuned_values(path: Path, values: TunedValues, paper: str, source: str) -> None:
+    """The tuned-values file, replaced whole (written beside, then renamed: an interrupted write loses nothing)."""
+    header = (f"# {paper}: hyperparameters chosen by `mooring table {source} --tune`, one Optuna study per row on a "
+              "validation split\n# (pipelines/table_tuning.py); read by every run of the table's digits budget. "
+              "Written by the tool: run --tune again rather than editing.\n")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(header + yaml.safe_dump(values.model_dump(), sort_keys=False, allow_unicode=True))
+    partial.replace(path)
 
 
 # ------------------------------------------------------------------------------------- budgets resolved
@@ -223,7 +313,8 @@ class ColumnPlan:
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """What a budget runs: the experiment (as a raw mapping), seeds, settings and every column's plan."""
+    """What a budget runs: the experiment (as a raw mapping), seeds, settings, every column's plan, and the rows'
+    tuned values (the digits budget's only: the values were chosen on its validation splits)."""
 
     name: str
     experiment: dict[str, Any]
@@ -232,12 +323,22 @@ class BudgetPlan:
     columns: list[ColumnPlan]
     description: str
     notes: str
+    tuned: dict[str, TunedRow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SettingRun:
+    """One compare: a setting's base config and its variants (row id → overrides)."""
+
+    setting: str
+    base: Any  # ExperimentConfig
+    variants: dict[str, dict[str, Any]]
 
 
 def resolve_budget(spec: TableFile, name: str, source: str) -> BudgetPlan:
     if name == DEFAULT_BUDGET:
         return BudgetPlan(name, copy.deepcopy(spec.experiment), spec.seeds, spec.settings, own_columns(spec),
-                          "the spec's small-scale digits protocol", spec.notes)
+                          "the spec's small-scale digits protocol", spec.notes, dict(spec.tuned_rows))
     if name not in spec.budgets:
         allowed = ", ".join([DEFAULT_BUDGET, *spec.budgets])
         raise ConfigError(f"{source}: --budget {name!r}: not a budget of this file; allowed: {allowed}")

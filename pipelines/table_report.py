@@ -147,14 +147,15 @@ def render_report(spec: TableFile, plan: BudgetPlan, cells: dict[tuple[str, int]
              "(% for accuracies), unless the column says its ± is another spread. Kendall's τ (τ-b) compares the "
              "order of the rows both have a number for. Measured numbers are not the paper's protocol unless the "
              "budget says so: compare orders, not values.", "",
-             "## Budget", "", *budget_lines(plan, configs, extra_overrides), "",
+             "## Budget", "", *budget_lines(plan, configs, extra_overrides), *tuning_lines(spec, plan), "",
              "## Reproduce", "", "```bash", command, "```", ""]
     for table in spec.tables:
         lines += render_table(spec, table.id, plan.columns, cells)
     lines += ["## Rows", "", "| row | method | hyperparameters | tuned by | state |", "|---|---|---|---|---|"]
     states = row_states(spec, built, cells)
     for row_id, row in spec.rows.items():
-        lines.append(f"| {escape(row.label)} | `{row.method}` | {escape(row_settings(row, plan))} | {escape(row.tuned_by)} | "
+        lines.append(f"| {escape(row.label)} | `{row.method}` | {escape(row_settings(row_id, row, plan))} | "
+                     f"{escape(tuned_by(row_id, row, plan))} | "
                      f"{states[row_id]} |")
     not_built = [spec.rows[r].label for r, s in states.items() if s == CellState.NOT_BUILT.value]
     lines += ["", "Not built: " + (", ".join(not_built) if not_built else "none") + "."]
@@ -177,16 +178,40 @@ def budget_lines(plan: BudgetPlan, configs: dict, extra_overrides: list[str]) ->
     return lines
 
 
-def row_settings(row, plan: BudgetPlan) -> str:
-    """A row's hyperparameters, its own overrides, and those it has in this budget's settings."""
-    def listed(values: dict) -> str:
-        return ", ".join(f"{k} = {v}" for k, v in values.items())
+def listed(values: dict) -> str:
+    return ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in values.items())
 
-    parts = [listed(row.params) or "the method's defaults"]
+
+def tuning_lines(spec: TableFile, plan: BudgetPlan) -> list[str]:
+    """How the tuned rows were tuned (the file's `tuning:`), where any are."""
+    if not plan.tuned or spec.tuning is None:
+        return []
+    t = spec.tuning
+    budget = ", ".join(f"{k} = {v}" for k, v in t.overrides.items()) or "the setting's own budget"
+    return [f"- tuned rows (`mooring table --tune`): {t.trials} Optuna trials (TPE, the row's own values first) "
+            f"per row in `{t.setting}` at {budget}, seed {t.seed}, each scored on a validation "
+            f"split of {t.validation_fraction:.0%} of each client's training samples; no trial reads a test set"]
+
+
+def row_settings(row_id: str, row, plan: BudgetPlan) -> str:
+    """A row's hyperparameters (tuned ones included), its own overrides, and those it has in this budget's
+    settings."""
+    params = row.params | (plan.tuned[row_id].params if row_id in plan.tuned else {})
+    parts = [listed(params) or "the method's defaults"]
     if row.overrides:
         parts.append(listed(row.overrides))
     parts += [f"in `{s}`: {listed(v)}" for s, v in row.per_setting.items() if s in plan.settings]
     return "; ".join(parts)
+
+
+def tuned_by(row_id: str, row, plan: BudgetPlan) -> str:
+    """Where a row's values come from: the file's `tuned_by`, or the sweep `--tune` ran for it."""
+    if row_id not in plan.tuned:
+        return row.tuned_by
+    t = plan.tuned[row_id]
+    searched = ", ".join(f"{k} in {v}" for k, v in t.searched.items())
+    return (f"`--tune`: {t.trials} trials over {searched} on a validation split (study {t.study}, {t.date}); "
+            f"best validation {t.metric} {t.best_validation:.4g}")
 
 
 def row_states(spec: TableFile, built: set[str], cells: dict[tuple[str, int], dict[str, Cell]]) -> dict[str, str]:

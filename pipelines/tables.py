@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from pipelines.table_config import (
     DEFAULT_BUDGET,
     BudgetPlan,
     ColumnPlan,
+    SettingRun,
     TableFile,
     load_table_file,
     resolve_budget,
@@ -46,15 +47,6 @@ def built_methods(spec: TableFile) -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------- planning
-@dataclass(frozen=True)
-class SettingRun:
-    """One compare: a setting's base config and its variants (row id → overrides)."""
-
-    setting: str
-    base: Any  # ExperimentConfig
-    variants: dict[str, dict[str, Any]]
-
-
 def rows_to_run(plan: BudgetPlan, setting: str, built: set[str], spec: TableFile) -> list[str]:
     """The built rows with a paper number in some column that this setting reproduces, in the file's order."""
     wanted = {row for c in plan.columns if c.setting == setting
@@ -69,8 +61,9 @@ def variant_overrides(spec: TableFile, row_id: str, setting: str, plan: BudgetPl
     (which win)."""
     row = spec.rows[row_id]
     out: dict[str, Any] = {"algorithm.name": row.method}
+    params = row.params | (plan.tuned[row_id].params if row_id in plan.tuned else {})
     # one dotted key per hyperparameter: a block given as one dict would be the very object later keys write into
-    out |= {f"algorithm.{row.method}.{key}": copy.deepcopy(value) for key, value in row.params.items()}
+    out |= {f"algorithm.{row.method}.{key}": copy.deepcopy(value) for key, value in params.items()}
     out |= {k.replace(ALGORITHM_SLOT, row.method): v for k, v in plan.settings[setting].items() if ALGORITHM_SLOT in k}
     return out | row.overrides | row.per_setting.get(setting, {}) | cli
 
@@ -78,6 +71,13 @@ def variant_overrides(spec: TableFile, row_id: str, setting: str, plan: BudgetPl
 def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overrides: list[str],
                   source: str) -> list[SettingRun]:
     """Every setting a column of the budget uses, with its base config and its rows, each config validated."""
+    settings = dict.fromkeys(c.setting for c in plan.columns if c.setting is not None)
+    return [setting_run(spec, plan, s, rows_to_run(plan, s, built, spec), cli_overrides, source) for s in settings]
+
+
+def setting_run(spec: TableFile, plan: BudgetPlan, setting: str, row_ids: list[str], cli_overrides: list[str],
+                source: str) -> SettingRun:
+    """One setting's base config and the given rows' overrides on it, each config validated."""
     from orchestrator.config import (
         ConfigError,
         apply_overrides,
@@ -88,23 +88,19 @@ def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overri
     )
 
     cli = {".".join(path): value for path, value in map(parse_override, cli_overrides)}
-    runs = []
-    for setting in dict.fromkeys(c.setting for c in plan.columns if c.setting is not None):
-        raw = copy.deepcopy(plan.experiment)
-        for key, value in plan.settings[setting].items():
-            if ALGORITHM_SLOT not in key:
-                set_dotted(raw, key, copy.deepcopy(value))  # never the file's own dict: --set writes into it
-        raw["name"] = f"{spec.paper}-{plan.name}-{setting}"
-        base = build_config(apply_overrides(raw, list(cli_overrides)), f"{source}: setting {setting}")
-        variants = {r: variant_overrides(spec, r, setting, plan, cli)
-                    for r in rows_to_run(plan, setting, built, spec)}
-        for row_id, overrides in variants.items():
-            try:
-                with_overrides(base, overrides)
-            except ConfigError as e:
-                raise ConfigError(f"{source}: setting {setting}, row {row_id}: {e}") from None
-        runs.append(SettingRun(setting, base, variants))
-    return runs
+    raw = copy.deepcopy(plan.experiment)
+    for key, value in plan.settings[setting].items():
+        if ALGORITHM_SLOT not in key:
+            set_dotted(raw, key, copy.deepcopy(value))  # never the file's own dict: --set writes into it
+    raw["name"] = f"{spec.paper}-{plan.name}-{setting}"
+    base = build_config(apply_overrides(raw, list(cli_overrides)), f"{source}: setting {setting}")
+    variants = {r: variant_overrides(spec, r, setting, plan, cli) for r in row_ids}
+    for row_id, overrides in variants.items():
+        try:
+            with_overrides(base, overrides)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: setting {setting}, row {row_id}: {e}") from None
+    return SettingRun(setting, base, variants)
 
 
 # ----------------------------------------------------------------------------------------------- running
@@ -259,6 +255,10 @@ def configure(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar (finished runs are still listed)")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the report from the histories saved under --results, running nothing")
+    parser.add_argument("--tune", action="store_true",
+                        help="tune every row's hyperparameters on a validation split (the file's `tuning:`, one "
+                             "sweep per row; resumes an interrupted one) and write them to the tuned-values file, "
+                             "running no cell; the next run of the table uses them")
 
 
 def reproduce_command(args) -> str:
@@ -291,6 +291,8 @@ def main(args) -> int:
     not_built = sorted({row.label for row in spec.rows.values() if row.method not in built})
     if args.check:
         return report_check(args, plan, runs, seeds, not_built)
+    if args.tune:
+        return tune_rows(args, spec, plan, built)
     out = Path(args.out or default_out(spec, plan.name))
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)  # docs/tables/ in a fresh clone
@@ -306,6 +308,28 @@ def main(args) -> int:
                            {r.setting: r.base for r in runs}, reproduce_command(args), args.config, args.overrides)
     out.write_text(report)
     print(report)
+    print(f"wrote {out}")
+    return 0
+
+
+def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
+    """--tune: one sweep per row that tunes, in the tuning setting; the choices written as each sweep ends."""
+    from orchestrator.config import ConfigError
+    from pipelines.table_tuning import rows_to_tune, tune
+
+    if spec.tuning is None:
+        raise ConfigError(f"{args.config}: --tune needs a `tuning:` block (setting, trials, validation_fraction, "
+                          "overrides): see docs/tables/README.md")
+    if plan.name != DEFAULT_BUDGET:
+        raise ConfigError(f"--tune tunes the {DEFAULT_BUDGET} budget, whose validation splits choose the values; "
+                          f"drop --budget {args.budget}")
+    # tuned from the file's own values: the earlier choices are not the starting point of the new search
+    untuned = replace(plan, tuned={})
+    run = setting_run(spec, untuned, spec.tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
+    if problems := preflight([run], [spec.tuning.seed]):
+        raise ConfigError("; ".join(problems))
+    results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
+    out = tune(spec, run, args.config, results, args.address, echo=lambda s: print(s, file=sys.stderr))
     print(f"wrote {out}")
     return 0
 

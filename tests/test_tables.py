@@ -293,3 +293,81 @@ def test_a_tiny_table_runs_end_to_end(ray_session, workdir, tmp_path):
     assert ("mooring table " + path + " --set " + workdir[0]) in report
     assert mooring([*args, "--report-only"]) == 0  # rewritten from the saved histories, the same
     assert out.read_text() == report
+
+
+# ------------------------------------------------------------------------------------------ tuning
+def tuned_file(rows: dict) -> dict:
+    return {"tuning": {"setting": "s", "trials": 2}, "rows": {
+        r: {"params": p, "searched": {k: "0.001..1 log" for k in p}, "metric": "accuracy:final", "trials": 2,
+            "best_validation": 0.5, "study": f"tiny-tune-{r}", "date": "2026-11-26"} for r, p in rows.items()}}
+
+
+def test_tuned_values_replace_the_rows_params_in_the_digits_budget_only(tmp_path):
+    raw = tiny_spec(tuning={"setting": "s", "trials": 2}, budgets={"paper": {
+        "description": "p", "settings": {"p": {}}, "columns": {"t1/acc": "p"}}})
+    path = write_spec(tmp_path, raw)
+    (tmp_path / "tiny.tuned.yaml").write_text(yaml.safe_dump(tuned_file({"b": {"mu": 0.02}})))
+    spec = load_table_file(path)
+    digits = resolve_budget(spec, DEFAULT_BUDGET, path)
+    [run] = plan_settings(spec, digits, built_methods(spec), [], path)
+    assert run.variants["b"]["algorithm.fedprox.mu"] == 0.02  # the tuned value, not the file's 0.1
+    assert spec.rows["b"].params == {"mu": 0.1}
+    [paper_run] = plan_settings(spec, resolve_budget(spec, "paper", path), built_methods(spec), [], path)
+    assert paper_run.variants["b"]["algorithm.fedprox.mu"] == 0.1  # tuned on the digits: not the paper's budget
+    cells = table_cells(spec, digits, built_methods(spec), {"s": Comparison(histories={})})
+    text = render_report(spec, digits, cells, built_methods(spec), {"s": run.base}, "mooring table tiny.yaml", path, [])
+    assert ("| B | `fedprox` | mu = 0.02 | `--tune`: 2 trials over mu in 0.001..1 log on a validation split "
+            "(study tiny-tune-b, 2026-11-26); best validation accuracy:final 0.5 |") in text
+    assert "tuned rows (`mooring table --tune`): 2 Optuna trials" in text
+
+
+@pytest.mark.parametrize(("tuned", "problem"), [
+    (tuned_file({"zz": {"mu": 0.02}}), "rows.zz: no such row in the table file"),
+    ({"tuning": {}, "rows": {"b": {"params": {}}}}, "rows.b.searched"),
+])
+def test_a_bad_tuned_values_file_is_one_line(tmp_path, capsys, tuned, problem):
+    path = write_spec(tmp_path, tiny_spec())
+    (tmp_path / "tiny.tuned.yaml").write_text(yaml.safe_dump(tuned))
+    assert mooring(["table", path, "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and "tiny.tuned.yaml" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda r: r.update(tuning={"setting": "nope"}), "tuning.setting: unknown setting 'nope'; allowed: s"),
+    (lambda r: r["rows"]["b"].update(tune=["nu"]), "rows.b.tune: nu not searchable for fedprox; searchable: mu"),
+    (lambda r: r.pop("tuning"), "--tune needs a `tuning:` block"),
+])
+def test_bad_tuning_is_one_line_before_any_trial(tmp_path, capsys, change, problem):
+    raw = tiny_spec(tuning={"setting": "s"})
+    change(raw)
+    assert mooring(["table", write_spec(tmp_path, raw), "--tune", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "tiny.tuned.yaml").exists()
+
+
+@pytest.mark.ray
+def test_tune_writes_each_rows_choice_and_the_table_then_runs_with_it(ray_session, workdir, tmp_path, capsys):
+    raw = tiny_spec(experiment={"name": "tiny", "data": {"num_clients": 4}, "train": {"rounds": 2},
+                                "eval": {"diagnostics": False}, "checkpoint": {"every": 0}},
+                    tuning={"setting": "s", "trials": 2, "validation_fraction": 0.25})
+    path, results = write_spec(tmp_path, raw), tmp_path / "results"
+    args = ["table", path, "--results", str(results), "--address", ray_session.get_runtime_context().gcs_address,
+            *(a for o in workdir for a in ("--set", o))]
+    assert mooring([*args, "--tune"]) == 0
+    tuned = yaml.safe_load((tmp_path / "tiny.tuned.yaml").read_text())
+    assert list(tuned["rows"]) == ["b"]  # fedavg has nothing to search; C is not built
+    row = tuned["rows"]["b"]
+    assert row["trials"] == 2 and row["metric"] == "accuracy:final" and 0 <= row["best_validation"] <= 1
+    assert set(row["params"]) == {"mu"} and row["searched"] == {"mu": "0.0001..1 log"}
+    import optuna
+    study = optuna.load_study(study_name="tiny-tune-b", storage=f"sqlite:///{results / 'tuning' / 'optuna.db'}")
+    assert study.trials[0].params == {"algorithm.fedprox.mu": 0.1}  # the row's own value first
+    assert row["params"]["mu"] == study.best_trial.params["algorithm.fedprox.mu"]
+    capsys.readouterr()
+    assert mooring([*args, "--tune"]) == 0  # run again: the studies are complete, nothing new is tried
+    assert len(optuna.load_study(study_name="tiny-tune-b", storage=study._storage).trials) == 2
+    spec = load_table_file(path)
+    [run] = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, path), built_methods(spec), [], path)
+    assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]

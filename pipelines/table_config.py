@@ -150,6 +150,9 @@ class Budget(Strict):
     seeds: list[int] | None = None
     settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
     columns: dict[str, str] = Field(default_factory=dict, description="'<table id>/<column name>' → setting")
+    tuned: bool = Field(False, description="run the rows with their tuned values (`--tune` chose them on the digits "
+                        "budget's validation splits): true for a shorter digits budget, false for the paper's own "
+                        "protocol")
     notes: str = ""
 
 
@@ -352,7 +355,7 @@ def resolve_budget(spec: TableFile, name: str, source: str) -> BudgetPlan:
                           c.metric or spec.metric)
                for t in spec.tables for i, c in enumerate(t.columns)]
     return BudgetPlan(name, experiment, budget.seeds or spec.seeds, budget.settings, columns, budget.description,
-                      budget.notes)
+                      budget.notes, dict(spec.tuned_rows) if budget.tuned else {})
 
 
 def own_columns(spec: TableFile) -> list[ColumnPlan]:

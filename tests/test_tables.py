@@ -314,6 +314,12 @@ def test_tuned_values_replace_the_rows_params_in_the_digits_budget_only(tmp_path
     assert spec.rows["b"].params == {"mu": 0.1}
     [paper_run] = plan_settings(spec, resolve_budget(spec, "paper", path), built_methods(spec), [], path)
     assert paper_run.variants["b"]["algorithm.fedprox.mu"] == 0.1  # tuned on the digits: not the paper's budget
+    raw["budgets"]["short"] = {"description": "fewer rounds", "overrides": {"train.rounds": 1}, "tuned": True,
+                               "settings": {"s": {}}, "columns": {"t1/acc": "s"}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
+    spec = load_table_file(path)
+    [short_run] = plan_settings(spec, resolve_budget(spec, "short", path), built_methods(spec), [], path)
+    assert short_run.variants["b"]["algorithm.fedprox.mu"] == 0.02  # a shorter digits budget that asks for them
     cells = table_cells(spec, digits, built_methods(spec), {"s": Comparison(histories={})})
     text = render_report(spec, digits, cells, built_methods(spec), {"s": run.base}, "mooring table tiny.yaml", path, [])
     assert ("| B | `fedprox` | mu = 0.02 | `--tune`: 2 trials over mu in 0.001..1 log on a validation split "

@@ -70,7 +70,7 @@ def starting_values(cfg: ExperimentConfig, space: dict[str, dict[str, Any]]) -> 
 
 
 def sweep_file(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[str, dict[str, Any]],
-               tuning: Tuning, storage_url: str, base_name: str) -> dict[str, Any]:
+               tuning: Tuning, storage_url: str, base_name: str, parallel: int | None) -> dict[str, Any]:
     """The sweep that tunes one row: TPE over its ranges, the row's values first, the median pruner."""
     metric, aggregate = (spec.tuning_metric(row_id).split(":", 1) + ["final"])[:2]
     warmup = max(1, cfg.train.rounds // 3)
@@ -85,11 +85,11 @@ def sweep_file(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[
         "pruner": {"name": "median", "n_startup_trials": max(1, tuning.trials // 3), "n_warmup_steps": warmup},
         "study": f"{spec.paper}-tune-{row_id}",
         "storage": storage_url,
-    }
+    } | ({"parallel": parallel} if parallel else {})
 
 
 def tune_row(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[str, dict[str, Any]],
-             tuning: Tuning, tuning_dir: Path, address: str | None, echo) -> TunedRow:
+             tuning: Tuning, tuning_dir: Path, address: str | None, parallel: int | None, echo) -> TunedRow:
     """One row's sweep (resumed where an earlier --tune left it), and what it chose."""
     from pipelines.sweep import run_sweep
     from pipelines.sweep_file import load_sweep
@@ -98,7 +98,7 @@ def tune_row(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[st
     base_path.write_text(cfg.to_yaml())
     sweep_path = tuning_dir / f"{row_id}.sweep.yaml"
     storage_url = f"sqlite:///{(tuning_dir / 'optuna.db').absolute()}"
-    sweep_path.write_text(yaml.safe_dump(sweep_file(spec, row_id, cfg, space, tuning, storage_url, base_path.name),
+    sweep_path.write_text(yaml.safe_dump(sweep_file(spec, row_id, cfg, space, tuning, storage_url, base_path.name, parallel),
                                          sort_keys=False))
     result = run_sweep(load_sweep(sweep_path), address=address, echo=echo)
     if result.best_number is None:
@@ -118,7 +118,8 @@ def range_text(spec: dict[str, Any]) -> str:
     return f"{spec['low']:g}..{spec['high']:g}" + (" log" if spec.get("log") else "")
 
 
-def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, echo) -> Path:
+def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,
+         echo) -> Path:
     """Every row of `run` (the tuning setting, its rows that tune), one sweep each, its choice written to the
     tuned-values file as soon as it is made."""
     tuning = spec.tuning
@@ -134,7 +135,8 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
             continue
         echo(f"tune {row_id}: {tuning.trials} trials of {', '.join(space)} in {tuning.setting}'s validation split")
         cfg = tuning_config(run.base, variant, tuning)
-        values.rows[row_id] = tune_row(spec, row_id, cfg, space, tuning, tuning_dir, address, echo)
+        values.rows[row_id] = tune_row(spec, row_id, cfg, space, tuning, tuning_dir, address, parallel,
+                                     echo)
         write_tuned_values(out, values, spec.paper, source)
         echo(f"tune {row_id}: chose {values.rows[row_id].params} (validation {values.rows[row_id].best_validation})")
     return out

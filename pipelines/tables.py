@@ -329,7 +329,7 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     if problems := preflight([run], [spec.tuning.seed]):
         raise ConfigError("; ".join(problems))
     results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
-    out = tune(spec, run, args.config, results, args.address, echo=lambda s: print(s, file=sys.stderr))
+    out = tune(spec, run, args.config, results, args.address, args.parallel, echo=lambda s: print(s, file=sys.stderr))
     print(f"wrote {out}")
     return 0
 

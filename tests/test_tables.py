@@ -359,7 +359,7 @@ def test_tune_writes_each_rows_choice_and_the_table_then_runs_with_it(ray_sessio
                                 "eval": {"diagnostics": False}, "checkpoint": {"every": 0}},
                     tuning={"setting": "s", "trials": 2, "validation_fraction": 0.25})
     path, results = write_spec(tmp_path, raw), tmp_path / "results"
-    args = ["table", path, "--results", str(results), "--address", ray_session.get_runtime_context().gcs_address,
+    args = ["table", path, "--results", str(results), "--parallel", "1", "--address", ray_session.get_runtime_context().gcs_address,
             *(a for o in workdir for a in ("--set", o))]
     assert mooring([*args, "--tune"]) == 0
     tuned = yaml.safe_load((tmp_path / "tiny.tuned.yaml").read_text())

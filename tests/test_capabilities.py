@@ -88,11 +88,16 @@ STATEFUL |= {"fedper", "fedrep", "ditto", "fedrod", "creff"}
 PERSONALIZED |= {"fedper", "fedrep", "ditto", "fedrod", "creff", "fedbabu"}
 AVERAGING_ALSO = {"ditto"}  # its server step is FedAvg's on the global copies it is sent
 AVERAGING = {"fedavg", "fedavg_pm", "fedprox", "moon"}
+# FedDebias's Table 10 rows: trained in their own client_update, averaged as FedAvg (Mixup, FedMix), with a
+# discriminator beside the model (DANN), or with the server's DRO weights (GroupDRO)
+SEQUENTIAL_ONLY |= {"mixup", "dann", "fedmix"}
+AVERAGING_ALSO |= {"mixup", "fedmix"}
+SETUP_EXCHANGE = {"feddebias", "fedgen", "fedmix"}
 # the drift-correction and server-side baselines (issue 38)
 STATEFUL |= {"scaffold", "feddyn", "fedbn"}
 PERSONALIZED |= {"fedbn"}
 NO_GLOBAL_MODEL |= {"fedbn"}
-UPLOADS_TRAINED_MODEL = {"fedavg", "fedprox", "fedavgm"}
+UPLOADS_TRAINED_MODEL = {"fedavg", "fedprox", "fedavgm", "groupdro"}
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names())
@@ -101,7 +106,7 @@ def test_the_built_in_methods_keep_their_treatment(name):
     assert caps.keeps_client_state == (name in STATEFUL)
     assert caps.personalized == (name in PERSONALIZED)
     assert caps.global_model == (name not in NO_GLOBAL_MODEL)
-    assert caps.setup_exchange == (name in {"feddebias", "fedgen"})
+    assert caps.setup_exchange == (name in SETUP_EXCHANGE)
     assert caps.pre_round_exchange == (name == "fedfm")
     assert caps.vectorizable == (name not in SEQUENTIAL_ONLY)  # FedFA: its client_update is its step_hooks' sequential form
     assert caps.averages_models == (name in AVERAGING | AVERAGING_ALSO)

@@ -130,7 +130,7 @@ def test_an_empty_or_bad_list_is_refused_not_read_as_the_config_s(capsys, option
     assert out == "" and err.splitlines() == [f"error: {option} {value!r}: expected comma-separated {expected}"]
 
 
-@pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: creff, ditto, fedavg, "),
+@pytest.mark.parametrize("name, problem", [("fedxx", "unknown algorithm; allowed: creff, dann, ditto, fedavg, "),
                                            ("no_such_lab.method:MyProx", "cannot import no_such_lab.method")])
 def test_an_algorithm_that_names_nothing_usable_is_refused_in_one_line(capsys, name, problem):
     from orchestrator.cli import main

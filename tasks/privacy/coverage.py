@@ -39,6 +39,9 @@ SHARES: dict[str, frozenset[Shared]] = {
     "fedfm_lite": frozenset({Shared.PERIODIC_MODEL, Shared.CLASS_STATS}),
     "fedavg_periodic": frozenset({Shared.PERIODIC_MODEL}),
     "feddebias": frozenset({Shared.MODEL, Shared.PSEUDO_DATA}),
+    "mixup": frozenset({Shared.MODEL}),
+    "groupdro": frozenset({Shared.MODEL}),
+    "fedmix": frozenset({Shared.MODEL, Shared.PSEUDO_DATA}),  # the means of its batches, before round 0
 }
 UNCOVERED = (Shared.PERIODIC_MODEL, Shared.PSEUDO_DATA, Shared.MODEL_PART)
 

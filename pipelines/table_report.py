@@ -190,7 +190,8 @@ def tuning_lines(spec: TableFile, plan: BudgetPlan) -> list[str]:
     budget = ", ".join(f"{k} = {v}" for k, v in t.overrides.items()) or "the setting's own budget"
     return [f"- tuned rows (`mooring table --tune`): {t.trials} Optuna trials (TPE, the row's own values first) "
             f"per row in `{t.setting}` at {budget}, seed {t.seed}, each scored on a validation "
-            f"split of {t.validation_fraction:.0%} of each client's training samples; no trial reads a test set"]
+            f"split of {t.validation_fraction:.0%} of each client's training samples (no trial reads a test set), "
+            "trials below the median of the completed ones stopped early (docs/tables/README.md)"]
 
 
 def row_settings(row_id: str, row, plan: BudgetPlan) -> str:

@@ -5,7 +5,8 @@ The references are fresh processes on one thread each (benchmarks/model_loops.py
 the vectorised loop (every round's clients trained at once by torch.func), on the same clients, sampled clients,
 mini-batches and θ⁰ as Mooring, with Mooring's own model module, so every row follows the same trajectory
 (tests/test_bench_model_cost.py). The Mooring rows run as a user runs them (Ray, one thread per actor, MLflow
-tracking in a temporary SQLite store, checkpoints on), with the engine named on the row. Every row evaluates the
+tracking in a temporary SQLite store, checkpoints on), with the engine named on the row, the clients on the
+row's actors and partial sums on (MOORING_SETTINGS). Every row evaluates the
 global model after every round; a round's seconds include that evaluation.
 
 Per round: the mean of the rounds after the first `WARMUP`. Time to target: the rounds' seconds (start-up
@@ -32,6 +33,9 @@ ENGINES = ("sequential", "vectorized")
 FEDAVG_SGD = ("algorithm.name=fedavg", "train.optimizer.name=sgd", "train.optimizer.momentum=0",
               "train.optimizer.weight_decay=0", "train.lr_schedule.name=constant", "data.client_test_fraction=0",
               "eval.every=1")
+# the Mooring rows: clients on the actors the row names (resources.clients_on: auto counts optimizer steps, not
+# their cost, and would keep these rounds in the coordinator), and the actors' partial sums
+MOORING_SETTINGS = ("resources.clients_on=actors", "resources.partial_sums=true")
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,8 @@ def measure(workload: str, rounds: int | None = None, repeats: int = 1, actors: 
             rows = {PLAIN: reference_row(config, base, tmp, vectorized=False),
                     VECTORIZED: reference_row(config, base, tmp, vectorized=True)}
             for label, n, overrides in mooring_rows(actors, engines):
-                row, where = mooring_row(load_config(config, base + overrides + list(mooring_overrides)))
+                cfg = load_config(config, base + list(MOORING_SETTINGS) + overrides + list(mooring_overrides))
+                row, where = mooring_row(cfg)
                 rows[label + where] = row
                 if n in TARGETS:
                     targets[label + where] = TARGETS[n]
@@ -163,4 +168,5 @@ def report(m: dict) -> str:
             + markdown_table(header, table)
             + f"\n\nA round: the mean of rounds {WARMUP + 1} to {m['rounds']} (the first {WARMUP} are warm-up). "
             f"To {target:.1%}: the rounds' seconds up to the first round at or above it, start-up excluded for every "
-            f"row. Each row the fastest of {m['repeats']} interleaved run(s). " + reproduce(m["command"]) + "\n")
+            f"row. Mooring's rows: {', '.join(f'`{o}`' for o in MOORING_SETTINGS)}, the engine as named. "
+            f"Each row the fastest of {m['repeats']} interleaved run(s). " + reproduce(m["command"]) + "\n")

@@ -18,7 +18,6 @@ fastest of `repeats` interleaved runs.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from benchmarks.common import REPO, local_ray, markdown_table, reproduce, store_overrides, temp_workdir
@@ -82,12 +81,14 @@ class Row:
         steady = self.round_seconds[WARMUP:] or self.round_seconds
         return sum(steady) / len(steady)
 
+    def round_at(self, target: float) -> int | None:
+        """The first round (from 1) whose global accuracy is `target` or above (None: none)."""
+        return next((r + 1 for r, accuracy in enumerate(self.accuracies) if accuracy >= target), None)
+
     def seconds_to(self, target: float) -> float | None:
         """The rounds' seconds up to the end of the first round at `target` accuracy or above (None: never)."""
-        for elapsed, accuracy in zip(itertools.accumulate(self.round_seconds), self.accuracies):
-            if accuracy >= target:
-                return elapsed
-        return None
+        at = self.round_at(target)
+        return None if at is None else sum(self.round_seconds[:at])
 
 
 def reference_row(config: str, overrides: list[str], cwd: str, vectorized: bool) -> Row:
@@ -159,7 +160,7 @@ def report(m: dict) -> str:
             met = f"≤ {limit} × the plain loop: {'met' if all(within) else 'not met'}"
         table.append([label, f"{row.per_round():.3f}", ratio(row.per_round(), plain.per_round()),
                       ratio(row.per_round(), vec.per_round()),
-                      "not reached" if to_target is None else f"{to_target:.2f}",
+                      "not reached" if to_target is None else f"{to_target:.2f} (round {row.round_at(target)})",
                       ratio(to_target, plain.seconds_to(target)), ratio(to_target, vec.seconds_to(target)),
                       f"{max(row.accuracies):.3f}", met])
     header = ["", "s a round", "× plain loop", "× vectorised loop", f"s to {target:.1%} accuracy", "× plain loop",

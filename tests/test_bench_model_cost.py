@@ -69,6 +69,7 @@ def test_digits_28_is_the_digits_upsampled_to_28_by_28(workdir):
 def test_a_row_s_time_to_target_is_its_rounds_up_to_the_first_round_at_the_target():
     row = Row([3.0, 1.0, 2.0, 4.0], [0.2, 0.81, 0.5, 0.9])
     assert row.seconds_to(0.8) == 4.0 and row.seconds_to(0.85) == 10.0 and row.seconds_to(0.95) is None
+    assert row.round_at(0.8) == 2 and row.round_at(0.85) == 4 and row.round_at(0.95) is None
     assert row.per_round() == 3.0  # rounds 3 and 4: the first two are warm-up
 
 
@@ -80,9 +81,9 @@ def test_the_model_cost_report_sets_each_row_against_both_loops_and_its_target()
                   "Mooring, 2 actors, engine sequential": Row([1, 0.5, 0.5, 0.5], [0.1, 0.5, 0.85, 0.9])},
          "targets": {"Mooring, 1 actor, engine sequential": 1.0, "Mooring, 2 actors, engine sequential": 0.6}}
     text = report(m)
-    assert "| Mooring, 1 actor, engine sequential | 0.900 | 0.90 | 1.80 | 4.00 | 2.00 | 2.00 | 0.900 | " \
+    assert "| Mooring, 1 actor, engine sequential | 0.900 | 0.90 | 1.80 | 4.00 (round 2) | 2.00 | 2.00 | 0.900 | " \
            "≤ 1.0 × the plain loop: not met |" in text  # faster a round, slower to the target
-    assert "| Mooring, 2 actors, engine sequential | 0.500 | 0.50 | 1.00 | 2.00 | 1.00 | 1.00 | 0.900 | " \
+    assert "| Mooring, 2 actors, engine sequential | 0.500 | 0.50 | 1.00 | 2.00 (round 3) | 1.00 | 1.00 | 0.900 | " \
            "≤ 0.6 × the plain loop: not met |" in text
     assert "s to 80.0% accuracy" in text and "Reproduce: `mooring bench cnn`" in text
     assert LSTM.title.startswith("char_rnn with `cell: lstm`")

@@ -87,3 +87,16 @@ def test_the_model_cost_report_sets_each_row_against_both_loops_and_its_target()
            "≤ 0.6 × the plain loop: not met |" in text
     assert "s to 80.0% accuracy" in text and "Reproduce: `mooring bench cnn`" in text
     assert LSTM.title.startswith("char_rnn with `cell: lstm`")
+
+
+def test_bench_passes_the_cnn_and_lstm_options_to_their_measure():
+    import argparse
+
+    from pipelines.bench import configure, measure_options
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["lstm", "--rounds", "3", "--actors", "1", "--engine", "sequential", "--set", "a.b=1"])
+    assert measure_options("lstm", args) == [{"rounds": 3, "actors": (1,), "engines": ("sequential",),
+                                              "mooring_overrides": ("a.b=1",)}]
+    assert measure_options("cnn", parser.parse_args(["cnn"])) == [{}]  # the workload's own rounds, both engines

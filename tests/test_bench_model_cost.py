@@ -100,3 +100,12 @@ def test_bench_passes_the_cnn_and_lstm_options_to_their_measure():
     assert measure_options("lstm", args) == [{"rounds": 3, "actors": (1,), "engines": ("sequential",),
                                               "mooring_overrides": ("a.b=1",)}]
     assert measure_options("cnn", parser.parse_args(["cnn"])) == [{}]  # the workload's own rounds, both engines
+
+
+def test_a_row_meets_its_target_only_within_it_both_per_round_and_to_the_accuracy():
+    from benchmarks.model_cost import verdict
+
+    plain = Row([1.0, 1.0, 1.0, 1.0], [0.1, 0.9, 0.9, 0.9])
+    assert verdict(Row([1.0, 1.0, 0.5, 0.5], [0.9] * 4), plain, 0.8, 0.6).endswith(": met")
+    assert verdict(Row([2.0, 2.0, 0.5, 0.5], [0.1, 0.9, 0.9, 0.9]), plain, 0.8, 0.6).endswith("not met")
+    assert verdict(Row([0.1] * 4, [0.1] * 4), plain, 0.8, 0.6).endswith("not met")  # never reached

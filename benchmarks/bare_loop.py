@@ -62,18 +62,19 @@ class Workload:
         return bool(self.eval_every) and ((round_idx + 1) % self.eval_every == 0 or last)
 
 
-def check_supported(cfg, vectorized: bool = False) -> None:
+def check_supported(cfg, vectorized: bool = False, models: tuple[str, ...] = ("mlp",)) -> None:
     t = cfg.train
-    if (cfg.model.name != "mlp" or cfg.algorithm.name not in ("fedavg",) or t.optimizer.name != "sgd"
+    if (cfg.model.name not in models or cfg.algorithm.name not in ("fedavg",) or t.optimizer.name != "sgd"
             or t.grad_clip is not None or t.lr_schedule.name != "constant"):
-        raise ValueError("the plain loops cover FedAvg with the digits MLP, SGD, a constant learning rate and no "
-                         "gradient clipping")
+        raise ValueError(f"the plain loops cover FedAvg with the model {' or '.join(models)}, SGD, a constant "
+                         "learning rate and no gradient clipping")
     if vectorized and (t.optimizer.momentum or t.optimizer.weight_decay):
         raise ValueError("the vectorised loop covers plain SGD: no momentum, no weight decay")
 
 
-def load_workload(cfg) -> tuple[Workload, nn.Module]:
-    """The clients' data, every round's sampled clients and the model, from the config and its seed."""
+def prepare_workload(cfg):
+    """The clients' data, every round's sampled clients and the global test set, from the config and its seed;
+    and the prepared data (FederatedData)."""
     from orchestrator.datasets import prepare_data
     from orchestrator.federation import sample_clients
 
@@ -81,11 +82,17 @@ def load_workload(cfg) -> tuple[Workload, nn.Module]:
     clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]
     per_round = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(cfg.train.rounds)]
     x_test, y_test = next(iter(data.test_sets().values()))
+    return Workload(clients, per_round, cfg.train, cfg.seed, cfg.eval.every, (x_test, y_test)), data
+
+
+def load_workload(cfg) -> tuple[Workload, nn.Module]:
+    """The workload (prepare_workload) and the digits MLP written out, from the config and its seed."""
+    workload, data = prepare_workload(cfg)
     torch.manual_seed(cfg.seed)
     options = cfg.model.options
-    model = plain_mlp(clients[0][0][0].numel(), list(options.get("hidden", [128])), options.get("feature_dim", 64),
-                      data.num_classes)
-    return Workload(clients, per_round, cfg.train, cfg.seed, cfg.eval.every, (x_test, y_test)), model
+    model = plain_mlp(workload.clients[0][0][0].numel(), list(options.get("hidden", [128])),
+                      options.get("feature_dim", 64), data.num_classes)
+    return workload, model
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -93,8 +100,9 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((model(x).argmax(1) == y).float().mean()) if len(y) else float("nan")
 
 
-def train_rounds(model: nn.Module, w: Workload) -> list[float]:
-    """FedAvg's rounds on one working model; returns the accuracy of each evaluated round."""
+def train_rounds(model: nn.Module, w: Workload, round_ends: list[float] | None = None) -> list[float]:
+    """FedAvg's rounds on one working model; returns the accuracy of each evaluated round (and appends each
+    round's end, its evaluation included, on the perf_counter clock to `round_ends`)."""
     params = list(model.parameters())
     opt = w.train.optimizer
     global_flat = parameters_to_vector(params).detach().clone()
@@ -115,6 +123,8 @@ def train_rounds(model: nn.Module, w: Workload) -> list[float]:
         load_flat(params, global_flat)
         if w.evaluated(round_idx):
             accuracies.append(accuracy(model, *w.test))
+        if round_ends is not None:
+            round_ends.append(time.perf_counter())
     return accuracies
 
 

@@ -9,6 +9,7 @@ benchmarks/bare_loop.py (which runs it as `python -m benchmarks.bare_loop ... --
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +42,9 @@ def stacked_batches(w: Workload, round_idx: int, cids: list[int], offsets: list[
     return index, mask
 
 
-def train_rounds_vectorized(model: nn.Module, w: Workload) -> list[float]:
-    """FedAvg's rounds, every round's clients trained together; returns the accuracy of each evaluated round."""
+def train_rounds_vectorized(model: nn.Module, w: Workload, round_ends: list[float] | None = None) -> list[float]:
+    """FedAvg's rounds, every round's clients trained together; returns the accuracy of each evaluated round (and
+    appends each round's end, its evaluation included, on the perf_counter clock to `round_ends`)."""
     x_all = torch.cat([x for x, _ in w.clients])
     y_all = torch.cat([y for _, y in w.clients])
     sizes = [len(y) for _, y in w.clients]
@@ -64,6 +66,8 @@ def train_rounds_vectorized(model: nn.Module, w: Workload) -> list[float]:
         if w.evaluated(round_idx):
             load_named(model, global_params)
             accuracies.append(accuracy(model, *w.test))
+        if round_ends is not None:
+            round_ends.append(time.perf_counter())
     load_named(model, global_params)
     return accuracies
 

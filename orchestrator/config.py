@@ -150,8 +150,8 @@ class TextConfig(Strict):
                                "sequences of a role (LEAF: 1); null: seq_len (no overlap)")
 
 
-DATASET_NAMES = ("digits", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100", "shakespeare",
-                 "leaf_femnist", "leaf_shakespeare", "leaf_sent140")
+DATASET_NAMES = ("digits", "digits_28", "synthetic", "mnist", "fmnist", "emnist", "cifar10", "cifar100",
+                 "shakespeare", "leaf_femnist", "leaf_shakespeare", "leaf_sent140")
 
 
 class DataConfig(Strict):

@@ -1,4 +1,4 @@
-"""`mooring bench [tiny|fixed-cost|whole-run|overhead|scale|states|gpu|engine|sweep|ui|all]`: run the benchmarks in benchmarks/
+"""`mooring bench [tiny|fixed-cost|whole-run|overhead|scale|states|gpu|engine|sweep|ui|cnn|lstm|all]`: run the benchmarks in benchmarks/
 and print
 their tables, each with the command that reproduces it.
 
@@ -24,6 +24,8 @@ BENCHES = {
     "engine": "benchmarks.engine_gpu",
     "sweep": "benchmarks.sweep_efficiency",
     "ui": "benchmarks.ui_start",
+    "cnn": "benchmarks.model_cost_cnn",
+    "lstm": "benchmarks.model_cost_lstm",
 }
 
 
@@ -36,7 +38,9 @@ def configure(parser) -> None:
                              "states in memory), gpu (client actors sharing one GPU; "
                              "skipped without CUDA), engine (the vectorized engine against the sequential one on one device, "
                              "the GPU where there is one; `all` skips it without CUDA), sweep (TPE with pruning against a full grid), ui (`mooring ui` against `mlflow server`: seconds to the "
-                             "page and to the API), or all (default)")
+                             "page and to the API), cnn and lstm (a CNN on 28×28 images, the character LSTM on "
+                             "Shakespeare: per round and to a target accuracy against the plain and the vectorised "
+                             "loop), or all (default)")
     parser.add_argument("--out", default=None, metavar="MARKDOWN",
                         help="update this markdown file's section for each benchmark")
     parser.add_argument("--size", action="append", type=client_size, metavar="CLIENTS/PER_ROUND",
@@ -45,20 +49,22 @@ def configure(parser) -> None:
                              "engine's: 100/100; scale's: "
                              "1000/100 and 100000/100, the first the baseline)")
     parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); fixed-cost: rounds (default 100); engine: timed rounds per engine after "
-                             "a warm-up one (default 2); scale: rounds per run (default 7, at least 4)")
+                             "a warm-up one (default 2); scale: rounds per run (default 7, at least 4); "
+                             "cnn, lstm: rounds (default 24, 16)")
     parser.add_argument("--samples", type=positive_int, default=None,
                         help="engine: samples per client (default 200)")
     parser.add_argument("--repeats", type=positive_int, default=None, help="runs of each row, the fastest counting")
     parser.add_argument("--actors", type=actor_counts, default=None, metavar="N[,N...]",
                         help="tiny: the numbers of client actors of the Mooring rows (default 1,2); fixed-cost: the "
-                             "same (default 2); whole-run: the first")
+                             "same (default 2); whole-run: the first; cnn, lstm: as tiny")
     parser.add_argument("--engine", action="append", default=None, metavar="ENGINE",
                         help="tiny, whole-run, overhead: set train.engine for the Mooring rows, repeatable (one row "
-                             "per engine); default: as the config says")
+                             "per engine); default: as the config says (cnn, lstm: also repeatable; default: "
+                             "sequential and vectorized)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="tiny, whole-run, overhead, engine: a config override for the Mooring rows only (engine: "
                              "both rows), repeatable "
-                             "(for example resources.partial_sums=true)")
+                             "(for example resources.partial_sums=true); cnn, lstm: as tiny")
 
 
 def client_size(text: str) -> str:
@@ -109,6 +115,9 @@ def measure_options(name: str, args) -> list[dict]:
         return [{k: v for k, v in given.items() if v is not None} | {"engine": e} for e in engines]
     if name == "scale":
         given = {"sizes": tuple(args.size) if args.size else None, "rounds": args.rounds, "repeats": args.repeats}
+        return [{k: v for k, v in given.items() if v is not None}]
+    if name in ("cnn", "lstm"):
+        given |= {"actors": args.actors, "engines": tuple(args.engine) if args.engine else None}
         return [{k: v for k, v in given.items() if v is not None}]
     if name == "ui":
         return [{"repeats": args.repeats} if args.repeats else {}]

@@ -64,8 +64,8 @@ def test_algorithm_blocks_are_validated_but_only_the_named_one_is_used():
     (["seed=abc"], "configs/default.yaml: seed = 'abc': Input should be a valid integer, unable to parse string as "
                    "an integer"),
     (["data.dataset=imagenet"], "configs/default.yaml: data.dataset = 'imagenet': unknown dataset; allowed: digits, "
-                                "synthetic, mnist, fmnist, emnist, cifar10, cifar100, shakespeare, leaf_femnist, "
-                                "leaf_shakespeare, leaf_sent140, or module:function"),
+                                "digits_28, synthetic, mnist, fmnist, emnist, cifar10, cifar100, shakespeare, "
+                                "leaf_femnist, leaf_shakespeare, leaf_sent140, or module:function"),
     (["algorithm.fedprox.mu=-1"],
      "configs/default.yaml: algorithm.fedprox.mu = -1: Input should be greater than or equal to 0"),
     (["model.bogus=1"], "configs/default.yaml: model.bogus = 1: unknown key"),

@@ -2,7 +2,7 @@
 official train/test split, and for naturally split data each sample's owner (tasks/data/natural.py).
 
 `digits` (scikit-learn's load_digits: 1,797 real 8×8 handwritten digits, shipped with scikit-learn) is the
-embedded default; `synthetic` makes small class-conditional images for fast tests; the torchvision sets
+embedded default, `digits_28` the same images upsampled to 28×28; `synthetic` makes small class-conditional images for fast tests; the torchvision sets
 (tasks/data/torchvision_sets.py) read a local directory and never download unless asked.
 """
 from __future__ import annotations
@@ -73,6 +73,22 @@ def load_digits_dataset(opts) -> ArrayDataset:
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
     y = digits.target.astype(np.int64)
     return _split("digits", x, y, 10, opts.test_fraction, opts.split_seed)
+
+
+@DATASETS.register("digits_28")
+def load_digits_28(opts) -> ArrayDataset:
+    """The digits upsampled bilinearly to 28×28, the shape of MNIST and EMNIST: real images for the 28×28 models
+    (acar_cnn) that ship with scikit-learn, so nothing is downloaded. The same samples and split as `digits`."""
+    import torch
+    import torch.nn.functional as F
+
+    ds = load_digits_dataset(opts)
+
+    def upsampled(x: np.ndarray) -> np.ndarray:
+        return F.interpolate(torch.from_numpy(x), size=(28, 28), mode="bilinear", align_corners=False).numpy()
+
+    return ArrayDataset("digits_28", upsampled(ds.x_train), ds.y_train, upsampled(ds.x_test), ds.y_test,
+                        ds.num_classes)
 
 
 SYNTHETIC_BLOCK = 65536

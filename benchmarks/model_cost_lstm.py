@@ -1,0 +1,13 @@
+"""`mooring bench lstm`: the character LSTM on Shakespeare's roles, per round and to a target accuracy, against the plain and the
+vectorised loop (benchmarks/model_cost.py)."""
+from __future__ import annotations
+
+from benchmarks.model_cost import LSTM, report
+
+__all__ = ["measure", "report"]
+
+
+def measure(**options) -> dict:
+    from benchmarks.model_cost import measure as measure_workload
+
+    return measure_workload(LSTM.name, **options)

@@ -1,0 +1,82 @@
+"""The plain loop and the vectorised loop on a model where the model is the cost (benchmarks/model_cost.py): a
+CNN, the character LSTM.
+
+The loops are benchmarks/bare_loop.py's and benchmarks/vectorized_loop.py's (the same clients, sampled clients,
+mini-batches, SGD and sample-weighted average as Mooring); the model is Mooring's own module, built and
+initialised as Mooring builds the global model (`Algorithm.new_model`), so every row starts from the same θ⁰ and,
+on the same batches, follows the same trajectory (tests/test_bench_model_cost.py). The module is plain PyTorch
+(its forward is features then classifier); under torch.func the character model runs its recurrence step by step
+(tasks/models/text.py), since the fused LSTM kernel has no batching rule.
+
+Run as its own process (one intra-op thread), it prints one JSON line: {"round_ends": seconds from the first
+round's start to each round's end, its evaluation included, "accuracies": the global model's accuracy after each
+evaluated round}:
+
+    python -m benchmarks.model_loops configs/default.yaml --set model.name=acar_cnn ... [--vectorized]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+
+from benchmarks.bare_loop import Workload, check_supported, prepare_workload, train_rounds
+from benchmarks.common import child_env
+
+MODELS = ("acar_cnn", "char_rnn")
+
+
+def load_model_workload(cfg) -> tuple[Workload, nn.Module]:
+    """The workload (benchmarks/bare_loop.py) and Mooring's global model at θ⁰."""
+    from orchestrator.methods import build_algorithm
+
+    workload, data = prepare_workload(cfg)
+    return workload, build_algorithm(cfg, data.num_classes, data.input_shape).new_model()
+
+
+def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
+    """Set up outside the clock, then each round's end from the first round's start, and the accuracies."""
+    check_supported(cfg, vectorized, models=MODELS)
+    torch.set_num_threads(1)
+    importlib.import_module("torch._dynamo")  # the first optimizer of a process imports it (seconds): not a round's
+    workload, model = load_model_workload(cfg)
+    if vectorized:
+        from benchmarks.vectorized_loop import train_rounds_vectorized as train
+    else:
+        train = train_rounds
+    ends: list[float] = []
+    start = time.perf_counter()
+    accuracies = train(model, workload, ends)
+    return {"round_ends": [end - start for end in ends], "accuracies": accuracies}
+
+
+def reference_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> dict[str, list[float]]:
+    """`timed_rounds` in a fresh process (the plain loop, or with `vectorized` the vectorised loop)."""
+    cmd = [sys.executable, "-m", "benchmarks.model_loops", config, *(f"--set={o}" for o in overrides),
+           *(["--vectorized"] if vectorized else [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
+    if out.returncode != 0:
+        last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit status {out.returncode}"
+        raise RuntimeError(f"the {'vectorised' if vectorized else 'plain'} loop failed: {last}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    from orchestrator.config import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.model_loops")
+    parser.add_argument("config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--vectorized", action="store_true", help="the vectorised loop (benchmarks/vectorized_loop.py)")
+    args = parser.parse_args()
+    print(json.dumps(timed_rounds(load_config(args.config, args.overrides), args.vectorized)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -64,6 +64,9 @@ def set_up(ctx: RunContext):
             with phases("start: set-up exchange"):
                 # set_up also writes actors.json: where each client actor runs and what it was given
                 ray.get(coordinator.set_up.remote())
+                # a call of no rounds: the driver's and the coordinator's first run_rounds call (its first-use costs
+                # in Ray's call path) is paid here rather than by round 1 (orchestrator/warm_up.py)
+                ray.get(coordinator.run_rounds.remote(0))
         except BaseException as e:
             abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise

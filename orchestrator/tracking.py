@@ -67,7 +67,9 @@ class Tracker:
         self._client = None
         self.flush_seconds = flush_seconds
         self._pending: list = []
-        self._last_flush = time.monotonic()
+        # when the buffer was last written; None until the first metric, so that the time the run spent starting
+        # (seconds, after this Tracker is made) does not make its first round pay for a write
+        self._last_flush: float | None = None
         if enabled and not reachable(self.uri):
             self._disable(f"tracking server {self.uri} is unreachable")
 
@@ -151,7 +153,9 @@ class Tracker:
         now = int(time.time() * 1000)
         self._pending += [Metric(k, float(v), now, step) for k, v in metrics.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
-        if time.monotonic() - self._last_flush >= self.flush_seconds:
+        if self._last_flush is None:
+            self._last_flush = time.monotonic()
+        elif time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
 
     def logged_steps(self, key: str = "round") -> set[int]:

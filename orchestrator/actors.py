@@ -137,6 +137,8 @@ class CoordinatorActor:
 
         torch.set_num_threads(1)
         wire.register()
+        if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
+            import orchestrator.federation  # noqa: F401
 
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then

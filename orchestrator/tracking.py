@@ -120,6 +120,12 @@ class Tracker:
                 self.client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
 
+    def open(self) -> None:
+        """MLflow imported, the store open (a new store's tables made) and the experiment found or made: what
+        `start` needs besides the run's own tags, done ahead of it (a run does it while its data is prepared)."""
+        if self.enabled and self.experiment_id is None:
+            self.experiment_id = self._call(self._experiment_id)
+
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str], parent_run_id: str | None = None,
               resume_run_id: str | None = None) -> str | None:
         def _start():
@@ -130,7 +136,8 @@ class Tracker:
             all_tags = dict(tags)
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
-            self.experiment_id = self._experiment_id()
+            if self.experiment_id is None:
+                self.experiment_id = self._experiment_id()
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
             self._log_params(run.info.run_id, params)
             return run.info.run_id

@@ -130,3 +130,18 @@ def test_the_warm_up_changes_no_history(ray_session, workdir):
                                  progress=False) for on in ("true", "false"))
     assert warm.history == cold.history and len(warm.history) == 3
     assert warm.history[-1]["train_loss"] > 0
+
+
+def test_a_coordinator_launched_on_a_wrong_guess_is_replaced(ray_session, workdir):
+    """Under resources.clients_on: auto without GPUs the coordinator is launched before the data, to train the
+    clients itself; where the data then says the rounds are big (6 clients × 50 steps), it is replaced by one that
+    trains them on client actors, and the run goes on."""
+    import json
+
+    big_rounds = ["train.rounds=2", "train.local_steps=50", "data.num_clients=6", "train.clients_per_round=6",
+                  "resources.num_actors=2", "resources.clients_on=auto", "checkpoint.every=2"]
+    result = run_experiment(load_config("configs/default.yaml", big_rounds + workdir), progress=False)
+    assert len(result.phases["start: coordinator relaunched (guessed wrong)"]) == 1
+    hosts = json.loads((Path(result.run_dir) / "actors.json").read_text())
+    assert len(hosts) == 2 and not any(host.get("in_coordinator") for host in hosts)
+    assert len(result.history) == 2

@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator import resume_config
+from orchestrator.artifacts import import_plotting_meanwhile
 from orchestrator.config import ExperimentConfig
 from orchestrator.phases import Phases
 from orchestrator.placement import clients_in_coordinator, coordinator_name, default_num_actors, on_this_node
@@ -61,6 +62,9 @@ def set_up(ctx: RunContext):
                 timed, phases, "start: MLflow run (in the background)", start_tracking, tracker_opened, tags,
                 run_params(cfg), f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}",
                 ctx.request.parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
+            # matplotlib, for the plot at the end: imported while the coordinator starts, the driver mostly waiting,
+            # rather than during the first rounds, where it held the driver's GIL as their results came in
+            import_plotting_meanwhile(log.run_dir)
             with phases("start: data into the object store"):
                 data_ref = ray.put(data)
             # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)

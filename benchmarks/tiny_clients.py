@@ -109,6 +109,7 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
                         label += where_clients_trained(result.run_dir)
                         out["targets"][(size, label)] = TARGETS.get((size, n))
                         seconds[label] = sum(result.round_seconds)
+                        out.setdefault("per_round", {}).setdefault((size, partition, label), []).append(result.round_seconds)
                     for label, s in seconds.items():
                         best[label] = min(best.get(label, s), s)
                 out["cases"][(size, partition)] = best

@@ -80,12 +80,15 @@ class ClientActor:
 
 def host_for_run(cfg, data, client_ids: list[int], run_dir: str, rounds_done: int, device: str = "cpu") -> ClientHost:
     """A host of `client_ids` whose states live in the run directory, as the run stands after `rounds_done` rounds
-    (states written after it are from a run that went further, and are dropped)."""
+    (states written after it are from a run that went further, and are dropped), warmed up (orchestrator/warm_up.py)."""
     from orchestrator.client_host import ClientHost
+    from orchestrator.warm_up import warm_up
 
     store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, client_ids, upto=rounds_done,
                              keep=ckpt.checkpoint_rounds(run_dir))
-    return ClientHost(cfg, data, client_ids, device=device, store=store)
+    host = ClientHost(cfg, data, client_ids, device=device, store=store)
+    warm_up(cfg, data, client_ids, device)  # the first round's first-use costs, paid here (resources.warm_up)
+    return host
 
 
 def checkpoint_states(host: ClientHost, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
@@ -134,6 +137,8 @@ class CoordinatorActor:
 
         torch.set_num_threads(1)
         wire.register()
+        if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
+            import orchestrator.federation  # noqa: F401
 
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then

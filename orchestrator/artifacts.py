@@ -12,7 +12,7 @@ from orchestrator.tracking import Tracker
 
 
 def import_plotting_meanwhile(run_dir: str) -> None:
-    """Import matplotlib (benchmarks/README.md, "Whole run") in a thread while the rounds run, the driver mostly waiting for them,
+    """Import matplotlib (benchmarks/README.md, "Whole run") in a thread while the run starts (orchestrator/run_start.py),
     so that the accuracy plot at the end only draws. A failure shows when the plot imports it again."""
     if storage.is_remote(run_dir):
         return

@@ -351,6 +351,10 @@ class ResourcesConfig(Strict):
     gpus_per_actor: float = Field(0.0, ge=0, le=1, description="fraction of a GPU per client actor")
     max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
     actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
+    warm_up: bool = Field(True, description="while the run starts, one throwaway local step of two clients on copies "
+                          "wherever clients train, so that the first round pays no first-use costs (torch's first "
+                          "optimizer, the first torch.func trace, lazy imports); the history is the same without it "
+                          "(orchestrator/warm_up.py)")
     resident_clients: int | None = Field(
         1024, ge=1, description="client states (and data shards) a client actor keeps in memory (least recently used out first); "
         "every state is also written to the run directory when its client's round ends and read back from there "

@@ -21,7 +21,7 @@ import time
 from contextlib import nullcontext, suppress
 
 from orchestrator import resume_config, run_lock, storage
-from orchestrator.artifacts import finish_artifacts, import_plotting_meanwhile
+from orchestrator.artifacts import finish_artifacts
 from orchestrator.config import ExperimentConfig
 from orchestrator.history_codec import decoded
 from orchestrator.method_settings import optimizer_note
@@ -126,7 +126,6 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
     status, final_state, interrupted, error = "FAILED", None, None, None
     try:
         ctx.stop.in_rounds = True
-        import_plotting_meanwhile(run_dir)
         interrupted = run_rounds(ctx, coordinator, tracker, record)
         if interrupted is None:
             final_state = _final_state(ctx, coordinator)

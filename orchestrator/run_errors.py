@@ -2,11 +2,13 @@
 method's own bug as that line and the traceback's last frames."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import checkpoint as ckpt
 from orchestrator import storage
-from tasks.algorithms.faults import MethodError, MethodFault
+
+if TYPE_CHECKING:  # tasks.algorithms imports torch and every method: not on `mooring run`'s path to Ray's start
+    from tasks.algorithms.faults import MethodFault
 
 
 class RunError(Exception):
@@ -24,6 +26,8 @@ class RunError(Exception):
 
 def method_fault(err: BaseException) -> MethodFault | None:
     """The method's fault behind `err`, raised here or in a Ray actor (through each actor that passed it on)."""
+    from tasks.algorithms.faults import MethodError
+
     while err is not None:
         if isinstance(err, MethodError) and hasattr(err, "fault"):  # Ray's copy of the class lacks the fault
             return err.fault

@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator import resume_config
+from orchestrator.artifacts import import_plotting_meanwhile
 from orchestrator.config import ExperimentConfig
 from orchestrator.phases import Phases
 from orchestrator.placement import clients_in_coordinator, coordinator_name, default_num_actors, on_this_node
@@ -21,8 +22,10 @@ def set_up(ctx: RunContext):
     """Ray, data, MLflow run, coordinator and client actors; returns (coordinator, tracker). What does not depend
     on the rest overlaps: the data (and torch, which it imports) is prepared while Ray starts; the client
     actors' processes start (importing torch) while the data goes into the object store and MLflow opens its
-    run. Under resources.clients_on = auto the coordinator is launched once the data says where the clients
-    train, which can mean waiting for the data (benchmarks/README.md, "Whole run"). On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    run; MLflow's store is opened (its import, its tables, the experiment) while the data is prepared. The
+    coordinator is launched as soon as Ray is up, before the data says where the clients train
+    (`early_coordinator`): a guess under resources.clients_on = auto, redone once the data is there where it was
+    wrong. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
     import ray
 
     cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot
@@ -31,6 +34,7 @@ def set_up(ctx: RunContext):
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
         if data_ready is None:
             data_ready = background.submit(timed, phases, "start: data (in the background)", prepare_data, cfg)
+        tracker_opened = background.submit(timed, phases, "start: MLflow store (in the background)", open_tracker, cfg)
         try:
             with phases("start: Ray"):
                 ensure_ray(ctx.request.address)
@@ -38,19 +42,29 @@ def set_up(ctx: RunContext):
             if not ctx.resumed:
                 log.write("config.yaml", cfg.to_yaml())
                 resume_config.record(log.run_dir, cfg)
-            if cfg.resources.clients_on == "actors":  # their processes start while the data is prepared
-                coordinator = launch_coordinator(ctx, clients_here=False)
+            guess = early_coordinator(cfg)
+            if guess is not None:  # its process starts (and imports torch) while the data is prepared
+                coordinator = launch_coordinator(ctx, clients_here=guess)
             with phases("start: wait for the data"):
                 data = data_ready.result()
             check_engine(cfg, data)
+            clients_here = clients_in_coordinator(cfg, data)
+            if coordinator is not None and guess != clients_here:
+                with phases("start: coordinator relaunched (guessed wrong)"):
+                    replace_coordinator(coordinator, coordinator_name(log.run_dir))
+                coordinator = None
             if coordinator is None:
-                coordinator = launch_coordinator(ctx, clients_in_coordinator(cfg, data))
+                coordinator = launch_coordinator(ctx, clients_here)
             tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
                     **(data.partition.tally.as_tags() if data.partition.tally else {}),
                     "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
             tracking_started = background.submit(
-                timed, phases, "start: MLflow run (in the background)", start_tracking, cfg, tags,
+                timed, phases, "start: MLflow run (in the background)", start_tracking, tracker_opened, tags,
+                run_params(cfg), f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}",
                 ctx.request.parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
+            # matplotlib, for the plot at the end: imported while the coordinator starts, the driver mostly waiting,
+            # rather than during the first rounds, where it held the driver's GIL as their results came in
+            import_plotting_meanwhile(log.run_dir)
             with phases("start: data into the object store"):
                 data_ref = ray.put(data)
             # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)
@@ -64,10 +78,41 @@ def set_up(ctx: RunContext):
             with phases("start: set-up exchange"):
                 # set_up also writes actors.json: where each client actor runs and what it was given
                 ray.get(coordinator.set_up.remote())
+                # a call of no rounds: the driver's and the coordinator's first run_rounds call (its first-use costs
+                # in Ray's call path) is paid here rather than by round 1 (orchestrator/warm_up.py)
+                ray.get(coordinator.run_rounds.remote(0))
         except BaseException as e:
             abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
     return coordinator, tracker
+
+
+def early_coordinator(cfg: ExperimentConfig) -> bool | None:
+    """Whether to launch the coordinator before the data is there, and with which placement: with client actors
+    (resources.clients_on: actors), training the clients itself (coordinator, and auto without GPUs, where a
+    round of tiny clients trains in the coordinator and the start-up is most of a short run), or None: not before
+    the data (auto with GPUs: client actors, unless the rounds turn out small)."""
+    placement = cfg.resources.clients_on
+    if placement == "auto":
+        return True if cfg.resources.gpus_per_actor == 0 else None
+    return placement == "coordinator"
+
+
+def replace_coordinator(coordinator, name: str, timeout: float = 30.0) -> None:
+    """End a coordinator launched with the wrong placement, and wait until Ray has released its name (and its
+    CPUs), so that its replacement can take them."""
+    import time
+
+    import ray
+
+    ray.kill(coordinator, no_restart=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:  # no actor of that name: released
+            return
+        time.sleep(0.02)
 
 
 def launch_coordinator(ctx: RunContext, clients_here: bool):
@@ -92,11 +137,19 @@ def abandon_set_up(coordinator, tracking_started, status: str) -> None:
         tracking_started.result().end(status)
 
 
-def start_tracking(cfg: ExperimentConfig, tags: dict[str, str], parent_run_id: str | None,
-                   resume_run_id: str | None) -> Tracker:
+def open_tracker(cfg: ExperimentConfig) -> Tracker:
+    """The run's Tracker with MLflow imported and its store open (a new store's tables made, the experiment found
+    or made): what does not need the data."""
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
-    tracker.start(f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}", run_params(cfg), tags,
-                  parent_run_id=parent_run_id, resume_run_id=resume_run_id)
+    tracker.open()
+    return tracker
+
+
+def start_tracking(tracker_opened, tags: dict[str, str], params: dict, run_name: str, parent_run_id: str | None,
+                   resume_run_id: str | None) -> Tracker:
+    """The MLflow run started, once `tracker_opened` (a Future of `open_tracker`) is there."""
+    tracker = tracker_opened.result()
+    tracker.start(run_name, params, tags, parent_run_id=parent_run_id, resume_run_id=resume_run_id)
     return tracker
 
 

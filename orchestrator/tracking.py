@@ -67,7 +67,9 @@ class Tracker:
         self._client = None
         self.flush_seconds = flush_seconds
         self._pending: list = []
-        self._last_flush = time.monotonic()
+        # when the buffer was last written; None until the first metric, so that the time the run spent starting
+        # (seconds, after this Tracker is made) does not make its first round pay for a write
+        self._last_flush: float | None = None
         if enabled and not reachable(self.uri):
             self._disable(f"tracking server {self.uri} is unreachable")
 
@@ -118,6 +120,12 @@ class Tracker:
                 self.client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
 
+    def open(self) -> None:
+        """MLflow imported, the store open (a new store's tables made) and the experiment found or made: what
+        `start` needs besides the run's own tags, done ahead of it (a run does it while its data is prepared)."""
+        if self.enabled and self.experiment_id is None:
+            self.experiment_id = self._call(self._experiment_id)
+
     def start(self, run_name: str, params: dict[str, Any], tags: dict[str, str], parent_run_id: str | None = None,
               resume_run_id: str | None = None) -> str | None:
         def _start():
@@ -128,7 +136,8 @@ class Tracker:
             all_tags = dict(tags)
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
-            self.experiment_id = self._experiment_id()
+            if self.experiment_id is None:
+                self.experiment_id = self._experiment_id()
             run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
             self._log_params(run.info.run_id, params)
             return run.info.run_id
@@ -151,7 +160,9 @@ class Tracker:
         now = int(time.time() * 1000)
         self._pending += [Metric(k, float(v), now, step) for k, v in metrics.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
-        if time.monotonic() - self._last_flush >= self.flush_seconds:
+        if self._last_flush is None:
+            self._last_flush = time.monotonic()
+        elif time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
 
     def logged_steps(self, key: str = "round") -> set[int]:

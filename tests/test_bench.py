@@ -94,6 +94,11 @@ def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(
     assert found["efficient plain loop, whole process"] == 1.0
     assert found["`mooring run`, 1 actor, clients in the coordinator, whole process"] > 0
     assert "Reproduce: `mooring bench whole-run --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
+    # the breakdown of one more run: its start-up phases, and the CPU seconds of its processes by kind
+    assert re.search(r"^start: client actors ready and loaded +1 ", out.stdout, flags=re.M)
+    cpu = re.search(r"CPU seconds, sampled: `mooring run` ([0-9.]+) \(.*the driver \(`mooring run`\) ([0-9.]+).*\); "
+                    r"the plain loop's process ([0-9.]+)\.", out.stdout)
+    assert cpu and float(cpu.group(1)) >= float(cpu.group(2)) > 0 and float(cpu.group(3)) > 0
     assert list(cwd.iterdir()) == []
 
 
@@ -106,6 +111,18 @@ def test_fixed_cost_report_takes_the_plain_loop_off_each_row():
     rows = re.findall(r"^\| ([^|]+?) \| ([0-9.]+) \| ([0-9.]*) \|", report(m), flags=re.M)
     assert rows == [(BARE, "0.50", ""), ("Mooring, 2 actors", "2.50", "2.00")]
     assert "| Mooring, 2 actors | 2.50 | 2.00 | ≤ 3 ms a round |" in report(m)
+
+
+def test_fixed_cost_report_sets_round_1_against_round_10_each_the_fastest_of_the_repeats():
+    from benchmarks.fixed_cost import report
+    from benchmarks.tiny_clients import BARE
+
+    slow, fast = [0.004] + [0.002] * 8 + [0.0012] + [0.002] * 2, [0.003] + [0.002] * 8 + [0.001] + [0.002] * 2
+    m = {"rounds": 12, "repeats": 2, "command": "mooring bench fixed-cost",
+         "cases": {("100/1", "IID"): {BARE: 0.005, "Mooring, 2 actors": 0.025}},
+         "per_round": {("100/1", "IID", "Mooring, 2 actors"): [slow, fast]}}
+    assert "| Mooring, 2 actors | 3.00 | 1.00 | 3.00 | ≤ 1.5 |" in report(m)
+    assert "round 1, ms" not in report(m | {"rounds": 9})
 
 
 def test_bench_refuses_a_malformed_size_in_one_line(tmp_path):

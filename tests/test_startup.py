@@ -82,3 +82,66 @@ def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, w
         time.sleep(0.5)
     assert ray_processes_of(str(ray_tmp)) == []
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_mooring_run_starts_ray_before_importing_torch():
+    """`mooring run` starts Ray while a thread validates the config and prepares the data (importing torch, seconds
+    of CPU): the modules its main thread imports first import neither torch nor MLflow, and a server without
+    privacy noise imports no privacy accountant (autodp, SciPy)."""
+    code = ("import sys, orchestrator.cli, orchestrator.commands.run, orchestrator.run; "
+            "heavy = [m for m in ('torch', 'mlflow', 'tasks.algorithms') if m in sys.modules]; "
+            "import orchestrator.federation; "
+            "print(heavy + [m for m in ('autodp', 'scipy') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_warm_up_trains_and_leaves_the_random_states_as_they_were(tmp_path):
+    """The warm-up (orchestrator/warm_up.py) draws from torch's global generator (its throwaway host's model) and
+    trains; torch's, NumPy's and Python's global states are as before it."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from orchestrator.datasets import prepare_data
+    from orchestrator.warm_up import warm_up
+
+    cfg = load_config("configs/default.yaml", ["data.num_clients=4", f"data.partitions_dir={tmp_path}"])
+    data = prepare_data(cfg)
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    files = sorted(tmp_path.rglob("*"))
+    before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    assert warm_up(cfg, data, [0, 1, 2])  # it ran, and did not fail
+    after = torch.get_rng_state(), np.random.get_state()[1], random.getstate()
+    assert torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]
+    assert sorted(tmp_path.rglob("*")) == files  # it wrote nothing
+    assert not warm_up(load_config("configs/default.yaml", ["resources.warm_up=false"]), data, [0, 1])
+
+
+def test_the_warm_up_changes_no_history(ray_session, workdir):
+    """A run with the warm-up and one without it: the same history, bitwise. SCAFFOLD's clients keep control
+    variates between rounds, which a warm-up on the run's own clients (rather than on copies) would move."""
+    scaffold = ["algorithm.name=scaffold", "train.optimizer.name=sgd", "train.optimizer.momentum=0",
+                "resources.clients_on=coordinator", "train.rounds=3", "data.num_clients=6", "checkpoint.every=2"]
+    warm, cold = (run_experiment(load_config("configs/default.yaml", scaffold + workdir + [f"resources.warm_up={on}"]),
+                                 progress=False) for on in ("true", "false"))
+    assert warm.history == cold.history and len(warm.history) == 3
+    assert warm.history[-1]["train_loss"] > 0
+
+
+def test_a_coordinator_launched_on_a_wrong_guess_is_replaced(ray_session, workdir):
+    """Under resources.clients_on: auto without GPUs the coordinator is launched before the data, to train the
+    clients itself; where the data then says the rounds are big (6 clients × 50 steps), it is replaced by one that
+    trains them on client actors, and the run goes on."""
+    import json
+
+    big_rounds = ["train.rounds=2", "train.local_steps=50", "data.num_clients=6", "train.clients_per_round=6",
+                  "resources.num_actors=2", "resources.clients_on=auto", "checkpoint.every=2"]
+    result = run_experiment(load_config("configs/default.yaml", big_rounds + workdir), progress=False)
+    assert len(result.phases["start: coordinator relaunched (guessed wrong)"]) == 1
+    hosts = json.loads((Path(result.run_dir) / "actors.json").read_text())
+    assert len(hosts) == 2 and not any(host.get("in_coordinator") for host in hosts)
+    assert len(result.history) == 2

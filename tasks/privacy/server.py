@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 from tasks.algorithms.base import ClientUpdate, State
-from tasks.privacy.accountant import model_epsilon, stats_epsilon
 from tasks.privacy.coverage import SHARES, Shared
 from tasks.privacy.model_updates import ServerModelPrivacy
 from tasks.privacy.settings import Privacy
@@ -20,6 +19,8 @@ class ServerPrivacy:
                        if privacy.models.active and Shared.MODEL in shares else None)
         self.stats = privacy.stats if privacy.stats.active and Shared.CLASS_STATS in shares else None
         self.round_clip: float | None = None
+        if self.models is not None or self.stats is not None:
+            accountant()  # imported now, while the run starts, rather than inside its first round
 
     def payload(self, payload: State) -> State:
         return payload if self.models is None else self.models.payload(payload)
@@ -38,9 +39,9 @@ class ServerPrivacy:
             out["dp_clip"] = self.round_clip
             z = self.privacy.models.central_noise_multiplier(self.per_round)
             if z > 0:
-                out["dp_epsilon"] = model_epsilon(z, self.num_clients, self.per_round, rounds_done, delta)
+                out["dp_epsilon"] = accountant().model_epsilon(z, self.num_clients, self.per_round, rounds_done, delta)
         if self.stats is not None and self.stats.noise_multiplier > 0:
-            out["dp_epsilon_stats"] = stats_epsilon(self.stats.noise_multiplier, rounds_done, delta)
+            out["dp_epsilon_stats"] = accountant().stats_epsilon(self.stats.noise_multiplier, rounds_done, delta)
         return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
 
     def snapshot(self) -> dict[str, Any]:
@@ -51,3 +52,9 @@ class ServerPrivacy:
             self.models.clip = float(snap["clip"])
 
 
+def accountant():
+    """tasks.privacy.accountant, imported by the first run with noise: it imports autodp and SciPy (about a second
+    of CPU), which a run without noise would otherwise pay for in every process that builds a server."""
+    from tasks.privacy import accountant as module
+
+    return module

@@ -268,6 +268,8 @@ def reproduce_command(args) -> str:
     if args.seeds:
         parts.append(f"--seeds {args.seeds}")
     parts += [f"--set {o}" for o in args.overrides]
+    if args.out:  # a budget's report written as the paper's page (`--budget short --out docs/tables/<paper>.md`)
+        parts.append(f"--out {args.out}")
     return " ".join(parts)
 
 

@@ -15,10 +15,11 @@ from orchestrator.cli import main as mooring
 from pipelines.compare import Comparison
 from pipelines.table_config import DEFAULT_BUDGET, TableFile, load_table_file, paper_number, resolve_budget
 from pipelines.table_report import Measured, kendall_tau, measured, render_report
-from pipelines.tables import built_methods, plan_settings, table_cells
+from pipelines.tables import built_methods, plan_settings, reproduce_command, table_cells
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE_FILES = sorted((ROOT / "configs" / "tables").glob("*.yaml"))
+# the table files, not the tuned-values files `--tune` writes beside them (read through their table file)
+TABLE_FILES = sorted(p for p in (ROOT / "configs" / "tables").glob("*.yaml") if not p.name.endswith(".tuned.yaml"))
 
 # the shape of every paper table (rows × columns) as docs/methods/<paper>.md §7/§8 prints it
 PAPER_SHAPES = {
@@ -115,6 +116,17 @@ def test_a_rows_overrides_in_their_order_the_command_line_last():
     [run] = plan_settings(spec, plan, built_methods(spec), ["algorithm.fedprox.mu=0.4"], "tiny.yaml")
     assert run.variants["b"]["algorithm.fedprox.mu"] == 0.4  # --set wins over every row's own values
     assert run.base.algorithm.params_for("fedprox").mu == 0.4
+
+
+def test_the_reproduce_command_names_the_budget_seeds_overrides_and_the_report_written():
+    from argparse import Namespace
+
+    args = Namespace(config="configs/tables/x.yaml", budget="short", seeds="0,1", overrides=["train.rounds=3"],
+                     out="docs/tables/x.md")
+    assert reproduce_command(args) == ("mooring table configs/tables/x.yaml --budget short --seeds 0,1 "
+                                       "--set train.rounds=3 --out docs/tables/x.md")
+    args = Namespace(config="configs/tables/x.yaml", budget=DEFAULT_BUDGET, seeds=None, overrides=[], out=None)
+    assert reproduce_command(args) == "mooring table configs/tables/x.yaml"
 
 
 # -------------------------------------------------------------------------------------- table files

@@ -143,6 +143,7 @@ class CoordinatorActor:
         from orchestrator.client_groups import ClientGroups
         from orchestrator.client_pool import CoordinatorClients
         from orchestrator.federation import Server, client_costs, sample_clients
+        from tasks.algorithms.engines import choose_engine
 
         data = ray.get(data_box[0])
         self.server = Server(self.cfg, data)
@@ -156,7 +157,8 @@ class CoordinatorActor:
             self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
-        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data),
+        engine = choose_engine(self.cfg.train.engine, self.server.algorithm)
+        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
                         None if keeps_state else client_costs(data, self.cfg.train))
 
     # ------------------------------------------------------------------ driver-facing

@@ -52,7 +52,7 @@ class ClientHost:
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
-        self.groups = ClientGroups.of_run(cfg, data)  # what trains together, whatever this host's share of them
+        self.groups = ClientGroups.of_run(cfg, data, self.engine)  # what trains together, whatever this host holds
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None

@@ -326,11 +326,13 @@ class TrainConfig(Strict):
         "auto", description="sequential: one client at a time (the reference); vectorized: each group of a round's "
         "clients (train.group_steps) trained together (torch.func); auto: vectorized where the method and model allow "
         "it, else sequential. On either engine the history does not depend on the number of client actors")
-    group_steps: int = Field(
-        256, ge=1, description="the groups a round's clients train in: consecutive client ids, each group about this "
-        "many optimizer steps a round in expectation; a group trains together in one process and its partial sum is "
-        "taken alone, so the history depends on the groups, fixed by the config, not on the actors "
-        "(orchestrator/client_groups.py). Fewer steps: more groups to spread over actors, each a smaller batch")
+    group_steps: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto", description="the groups a round's clients train in: consecutive client ids, each group at most about "
+        "this many optimizer steps a round in expectation; a group trains together in one process and its partial "
+        "sum is taken alone, so the history depends on the groups, fixed by the config, not on the actors "
+        "(orchestrator/client_groups.py). Fewer steps: more groups to spread over actors, each a smaller batch; "
+        "auto: orchestrator/placement.py's SMALL_ROUND_STEPS of the engine that runs (the round size "
+        "resources.clients_on: auto trains in the coordinator)")
     on_nonfinite_loss: Literal["stop", "continue"] = Field(
         "stop", description="a client's training loss is NaN or infinite: stop the run (naming the round and "
                             "the client), or continue")

@@ -18,8 +18,8 @@ from orchestrator.federation import Server, client_costs
 from orchestrator.run import run_experiment
 from tests.test_engines import VECTORIZED, tiny
 
-# 6 clients, 5 a round, one epoch of batch 8: about 107 expected steps a round, three groups of about 35
-GROUPED = ["train.local_epochs=1", "train.clients_per_round=5", "train.group_steps=35", "train.rounds=2"]
+# 6 clients, 5 a round, one epoch of batch 8: about 107 expected steps a round, three groups of at most 40
+GROUPED = ["train.local_epochs=1", "train.clients_per_round=5", "train.group_steps=40", "train.rounds=2"]
 
 
 def test_blocks_are_consecutive_ids_of_about_group_steps_each_by_hand():
@@ -27,9 +27,23 @@ def test_blocks_are_consecutive_ids_of_about_group_steps_each_by_hand():
     assert client_blocks([1, 1, 1, 1, 2, 2], clients_per_round=6, group_steps=4) == [0, 0, 0, 0, 1, 1]
     # half of them sampled: 4 expected steps, one block
     assert client_blocks([1, 1, 1, 1, 2, 2], clients_per_round=3, group_steps=4) == [0] * 6
+    # 5 expected steps: two blocks of at most 4, the second from the client whose steps' midpoint passes 2.5
+    assert client_blocks([1, 1, 1, 1, 1], clients_per_round=5, group_steps=4) == [0, 0, 1, 1, 1]
     # never more blocks than clients, never fewer than one
     assert client_blocks([10, 10], clients_per_round=2, group_steps=1) == [0, 1]
     assert client_blocks([0, 0], clients_per_round=2, group_steps=5) == [0, 0]
+
+
+def test_auto_groups_are_the_coordinators_round_size_of_the_engine(tmp_path):
+    """group_steps: auto is SMALL_ROUND_STEPS of the engine: a round small enough for the coordinator is one group."""
+    from orchestrator.placement import SMALL_ROUND_STEPS
+
+    cfg = tiny(tmp_path, "train.local_epochs=1")
+    data = prepare_data(cfg)
+    expected = sum(client_costs(data, cfg.train))  # every client a round
+    assert SMALL_ROUND_STEPS["sequential"] < expected <= SMALL_ROUND_STEPS["vectorized"]
+    assert ClientGroups.of_run(cfg, data, "vectorized").count == 1
+    assert ClientGroups.of_run(cfg, data, "sequential").count == -(-expected // SMALL_ROUND_STEPS["sequential"])
 
 
 def test_a_rounds_groups_and_the_hosts_of_blocks():
@@ -42,8 +56,8 @@ def test_a_rounds_groups_and_the_hosts_of_blocks():
 def as_on_actors(cfg, data, num_actors: int):
     """What ActorPool does, in this process: the clients hosted as on `num_actors` actors (blocks of clients where
     the method keeps client state), a round's groups placed whole (orchestrator/client_pool.py); and the plans."""
-    groups = ClientGroups.of_run(cfg, data)
     probe = ClientHost(cfg, data, [])
+    groups = ClientGroups.of_run(cfg, data, probe.engine)
     sticky = probe.algorithm.capabilities().keeps_client_state
     hosted = groups.hosts(num_actors) if sticky else assign_clients(data.num_clients, num_actors)
     hosts = [ClientHost(cfg, data, cids) for cids in hosted]
@@ -89,7 +103,7 @@ def test_every_vectorized_method_has_one_history_on_1_2_and_3_actors(tmp_path, n
     and 3 actors (one actor is the coordinator's host: every client in one), bitwise the same."""
     cfg = tiny(tmp_path, f"algorithm.name={name}", *GROUPED)
     data = prepare_data(cfg)
-    assert ClientHost(cfg, data, []).engine == "vectorized" and ClientGroups.of_run(cfg, data).count == 3
+    assert ClientHost(cfg, data, []).engine == "vectorized" and ClientGroups.of_run(cfg, data, "vectorized").count == 3
     one, one_state, _ = history_as_on_actors(cfg, data, 1)
     for actors in (2, 3):
         history, state, plans = history_as_on_actors(cfg, data, actors)

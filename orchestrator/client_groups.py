@@ -6,8 +6,8 @@ round's groups are its clients that fall in each block, in block order. A group 
 (the vectorized engine's batch), and its partial sum (resources.partial_sums) is taken apart from the others';
 the server folds the group partials in group order. Which clients share a batch, and the order in which floats
 are added, then depend on neither the number of client actors nor on where the clients train, so neither does
-the history. A method whose clients keep state is hosted block by block (orchestrator/client_pool.py), so that
-a group never spans two actors."""
+the history. Client actors host the clients block by block (orchestrator/client_pool.py), so that a group of a
+method whose clients keep state never spans two actors."""
 from __future__ import annotations
 
 import math
@@ -64,8 +64,8 @@ class ClientGroups:
         return [groups[b] for b in sorted(groups)]
 
     def hosts(self, num_actors: int) -> list[list[int]]:
-        """Which clients each of `num_actors` actors hosts when a group must train where its clients' states are:
-        block b on actor b mod num_actors."""
+        """Which clients each of `num_actors` actors hosts: block b on actor b mod num_actors (the blocks hold
+        about equal expected work)."""
         hosted: list[list[int]] = [[] for _ in range(num_actors)]
         for cid, block in enumerate(self.blocks):
             hosted[block % num_actors].append(cid)

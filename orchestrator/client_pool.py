@@ -7,9 +7,9 @@ history does not depend on where its clients train: the coordinator's host is on
 ActorPool: a round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
 sends each group of the round's clients (orchestrator/client_groups.py), whole, to one actor, collects updates as
 they finish, retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice;
-any other error (a method's, an I/O error) stops the round. A method that keeps client state is hosted block by
-block, and a group trains on the actor that hosts its block (sticky); the groups of a method that keeps no client
-state are balanced over the actors by their local work (see `plan_round`). Each actor gets one call per round
+any other error (a method's, an I/O error) stops the round. Clients are hosted block by block, so a group has
+one host; a method that keeps client state trains each group there (sticky), the groups of a method that keeps
+no client state are balanced over the actors by their local work, at home where loads tie (see `plan_round`). Each actor gets one call per round
 with all of its groups: a Ray call costs milliseconds, a small client's update not many more.
 """
 from __future__ import annotations
@@ -126,12 +126,11 @@ class ActorPool:
         self.restarts = [0] * len(self.actors)
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
-        """Every actor loaded with `data_box` = [ObjectRef of the FederatedData]; `groups`: the run's client
-        groups; `costs`: each client's local work, to balance a round's groups by (None: sticky, each actor then
-        hosting whole blocks of clients)."""
+        """Every actor loaded with `data_box` = [ObjectRef of the FederatedData] and whole blocks of clients
+        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work, to
+        balance a round's groups by (None: sticky)."""
         self.data_box, self.server, self.client_groups, self.costs = data_box, server, groups, costs
-        if costs is None:
-            self.hosted = groups.hosts(len(self.actors))
+        self.hosted = groups.hosts(len(self.actors))
         self.owner = {c: a for a, hosted in enumerate(self.hosted) for c in hosted}
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()

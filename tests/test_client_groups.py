@@ -11,7 +11,7 @@ import torch
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_groups import ClientGroups, client_blocks
 from orchestrator.client_host import ClientHost
-from orchestrator.client_pool import assign_clients, plan_round
+from orchestrator.client_pool import plan_round
 from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import Server, client_costs
@@ -54,12 +54,12 @@ def test_a_rounds_groups_and_the_hosts_of_blocks():
 
 
 def as_on_actors(cfg, data, num_actors: int):
-    """What ActorPool does, in this process: the clients hosted as on `num_actors` actors (blocks of clients where
-    the method keeps client state), a round's groups placed whole (orchestrator/client_pool.py); and the plans."""
+    """What ActorPool does, in this process: the clients hosted as on `num_actors` actors (block by block), a
+    round's groups placed whole (orchestrator/client_pool.py); and the plans."""
     probe = ClientHost(cfg, data, [])
     groups = ClientGroups.of_run(cfg, data, probe.engine)
     sticky = probe.algorithm.capabilities().keeps_client_state
-    hosted = groups.hosts(num_actors) if sticky else assign_clients(data.num_clients, num_actors)
+    hosted = groups.hosts(num_actors)
     hosts = [ClientHost(cfg, data, cids) for cids in hosted]
     owner = {c: a for a, cids in enumerate(hosted) for c in cids}
     costs = None if sticky else client_costs(data, cfg.train)

@@ -367,7 +367,7 @@ class ResourcesConfig(Strict):
         "auto", description="where the clients train: on client actors, or in the coordinator's process (no Ray call "
         "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
         "orchestrator/placement.py's SMALL_ROUND_STEPS optimizer steps in all) and no GPU is asked for, else actors. "
-        "The history is the same as with one actor")
+        "The history is the same as on any number of client actors (train.group_steps)")
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "
         "orchestrator/round_loop.py's CALL_SECONDS (a call costs a fraction of a millisecond, which rounds of a few "

@@ -45,9 +45,11 @@ class ClientActor:
         self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
         self.host: ClientHost | None = None
 
-    def load(self, data_box: list, rounds_done: int) -> None:
+    def load(self, data_box: list, rounds_done: int, client_ids: list[int]) -> None:
         """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
-        the run is at (states written after it are from a run that went further, and are dropped)."""
+        the run is at (states written after it are from a run that went further, and are dropped); `client_ids`:
+        the clients it hosts (blocks of client groups where a method keeps client state: client_groups.py)."""
+        self.client_ids = client_ids
         self.host = host_for_run(self.cfg, ray.get(data_box[0]), self.client_ids, self.run_dir, rounds_done, self.device)
 
     def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
@@ -143,8 +145,10 @@ class CoordinatorActor:
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
         resolve from the shared object store instead of receiving a copy each."""
+        from orchestrator.client_groups import ClientGroups
         from orchestrator.client_pool import CoordinatorClients
         from orchestrator.federation import Server, client_costs, sample_clients
+        from tasks.algorithms.engines import choose_engine
 
         data = ray.get(data_box[0])
         self.server = Server(self.cfg, data)
@@ -158,7 +162,9 @@ class CoordinatorActor:
             self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
-        self.pool.start(data_box, self.server, None if keeps_state else client_costs(data, self.cfg.train))
+        engine = choose_engine(self.cfg.train.engine, self.server.algorithm)
+        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
+                        None if keeps_state else client_costs(data, self.cfg.train))
 
     # ------------------------------------------------------------------ driver-facing
     def set_up(self) -> None:

@@ -1,7 +1,9 @@
 """A round's local training on a client host, by engine (train.engine): one client after another (sequential), or
-a batch of clients per architecture trained together (vectorized, tasks/algorithms/engines.py). Either returns the
-updates, or with `summed` (resources.partial_sums) the updates without models and their partial sums. A method's
-exception leaves as a MethodError naming its client(s) and round (tasks/algorithms/faults.py)."""
+each group of the call's clients (orchestrator/client_groups.py) trained together per architecture (vectorized,
+tasks/algorithms/engines.py). Either returns the updates, or with `summed` (resources.partial_sums) the updates
+without models and one partial sum per group (per group and architecture on the vectorized engine). Groups are
+fixed by the config and the round, so neither engine's results depend on which other groups a host trains. A
+method's exception leaves as a MethodError naming its client(s) and round (tasks/algorithms/faults.py)."""
 from __future__ import annotations
 
 import time
@@ -24,12 +26,18 @@ if TYPE_CHECKING:
     from orchestrator.client_host import ClientHost
 
 
-def results_of(updates: dict[int, ClientUpdate], summed: bool, uniform: bool) -> ClientResults:
-    """`uniform` (privacy.models): the clipped updates weigh 1 each in their partial sum."""
+def results_of(updates: dict[int, ClientUpdate], summed: bool, uniform: bool,
+               groups: list[list[int]]) -> ClientResults:
+    """With `summed`, one partial sum per group of `groups` (which cover `updates`); `uniform` (privacy.models):
+    the clipped updates weigh 1 each in their partial sum."""
     if not summed:
         return ClientResults(updates)
-    stripped, partials = sum_updates(updates, uniform)
-    return ClientResults(stripped, partials)
+    results = ClientResults()
+    for group in groups:
+        stripped, partials = sum_updates({cid: updates[cid] for cid in group}, uniform)
+        results.add(ClientResults(stripped, partials))
+    results.results = {cid: results.results[cid] for cid in updates}
+    return results
 
 
 class SequentialEngine:
@@ -42,7 +50,7 @@ class SequentialEngine:
         host = self.host
         updates = {cid: host.update(call.payload, cid, call.round, seeds)
                    for cid, seeds in zip(call.client_ids, host.round_seeds(call.client_ids, call.round))}
-        return results_of(updates, call.summed, host.model_dp.active)
+        return results_of(updates, call.summed, host.model_dp.active, host.groups.split(call.client_ids))
 
 
 class VectorizedEngine:
@@ -58,8 +66,16 @@ class VectorizedEngine:
                              and not host.model_dp.active)  # each update is clipped apart first
 
     def updates(self, call: ClientCall) -> ClientResults:
-        """A call of one client trains it on the sequential engine: batching one client buys nothing, and vmap's
-        fixed cost is most of a tiny client's round (benchmarks/README.md, "Fixed cost")."""
+        """Each group of the call's clients trained apart from the others, in group order."""
+        results = ClientResults()
+        for group in self.host.groups.split(call.client_ids):
+            results.add(self._group_updates(call.to(group)))
+        results.results = {cid: results.results[cid] for cid in call.client_ids}
+        return results
+
+    def _group_updates(self, call: ClientCall) -> ClientResults:
+        """One group's clients. A group of one client trains on the sequential engine: batching one client buys
+        nothing, and vmap's fixed cost is most of a tiny client's round (benchmarks/README.md, "Fixed cost")."""
         if len(call.client_ids) == 1:
             return self.single.updates(call)
         algorithm = self.host.algorithm
@@ -82,7 +98,7 @@ class VectorizedEngine:
         ordered = {cid: updates[cid] for cid in call.client_ids}
         if call.summed and self.sums_stacked:
             return ClientResults(ordered, partials)
-        return results_of(ordered, call.summed, self.host.model_dp.active)
+        return results_of(ordered, call.summed, self.host.model_dp.active, [call.client_ids])
 
     def _prepared_rounds(self, call: ClientCall) -> dict[object, list[tuple[int, ClientRound]]]:
         """The clients' rounds as the vectorized engine takes them, grouped by architecture (model key)."""

@@ -18,6 +18,7 @@ import torch
 from orchestrator.client_cache import ClientCache
 from orchestrator.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.client_engines import SequentialEngine, VectorizedEngine
+from orchestrator.client_groups import ClientGroups
 from orchestrator.client_store import ClientStateStore
 from orchestrator.evaluation import accuracies_on_test_sets
 from orchestrator.methods import build_algorithm
@@ -51,6 +52,7 @@ class ClientHost:
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()
         self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self.groups = ClientGroups.of_run(cfg, data, self.engine)  # what trains together, whatever this host holds
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None

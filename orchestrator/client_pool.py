@@ -5,12 +5,12 @@ Either answers the server's typed calls (orchestrator/client_calls.py) with the 
 history does not depend on where its clients train: the coordinator's host is one actor hosting every client.
 
 ActorPool: a round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
-sends each sampled client to the actor that hosts it (sticky assignment), collects updates as they finish,
-retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice; any other
-error (a method's, an I/O error) stops the round. Clients of a
-method that keeps no client state are instead balanced over the actors by their local work (see `plan_round`).
-Each actor gets one call per round with all of its clients: a Ray call costs milliseconds, a small client's
-update not many more.
+sends each group of the round's clients (orchestrator/client_groups.py), whole, to one actor, collects updates as
+they finish, retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice;
+any other error (a method's, an I/O error) stops the round. Clients are hosted block by block, so a group has
+one host; a method that keeps client state trains each group there (sticky), the groups of a method that keeps
+no client state are balanced over the actors by their local work, at home where loads tie (see `plan_round`). Each actor gets one call per round
+with all of its groups: a Ray call costs milliseconds, a small client's update not many more.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from orchestrator.phases import Phases
 
 if TYPE_CHECKING:
     from orchestrator.client_calls import ClientCall, ClientResults
+    from orchestrator.client_groups import ClientGroups
     from orchestrator.federation import Server
 
 # orchestrator.client_calls (and torch with it) is imported where it is used: the coordinator builds its
@@ -85,23 +86,24 @@ def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
     return [list(range(a, num_clients, num_actors)) for a in range(num_actors)]
 
 
-def plan_round(cids: list[int], owner: dict[int, int], num_actors: int,
+def plan_round(groups: list[list[int]], owner: dict[int, int], num_actors: int,
                costs: list[float] | None) -> dict[int, list[int]]:
-    """Which actor trains which of a round's clients: {actor index: client ids}.
+    """Which actor trains which of a round's groups of clients, each group whole: {actor index: client ids}.
 
-    Sticky (costs None, methods with client state): each client on the actor that hosts it. Balanced:
-    largest first, each to the least loaded actor (ties: its own host, else the lower index); a random draw of 10 clients out
-    of 100 puts 7 on one of two actors as often as not, which would leave one core idle for much of a round."""
+    Sticky (costs None, methods with client state): each group on the actor that hosts it (a block of clients
+    is hosted by one actor). Balanced: the group of most work first, each to the least loaded actor (ties: the
+    host of its first client, else the lower index); a random draw of 10 clients out of 100 puts 7 on one of two
+    actors as often as not, which would leave one core idle for much of a round."""
     plan: dict[int, list[int]] = {}
     if costs is None:
-        for cid in cids:
-            plan.setdefault(owner[cid], []).append(cid)
+        for group in groups:
+            plan.setdefault(owner[group[0]], []).extend(group)
         return plan
     load = [0.0] * num_actors
-    for cid in sorted(cids, key=lambda c: (-costs[c], c)):
-        actor_idx = min(range(num_actors), key=lambda a: (load[a], a != owner.get(cid), a))
-        load[actor_idx] += costs[cid]
-        plan.setdefault(actor_idx, []).append(cid)
+    for group in sorted(groups, key=lambda g: (-sum(costs[c] for c in g), g[0])):
+        actor_idx = min(range(num_actors), key=lambda a: (load[a], a != owner.get(group[0]), a))
+        load[actor_idx] += sum(costs[c] for c in group)
+        plan.setdefault(actor_idx, []).extend(group)
     return plan
 
 
@@ -114,20 +116,22 @@ class ActorPool:
 
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
-        self.groups = assign_clients(cfg.data.num_clients, num_actors)
+        self.hosted = assign_clients(cfg.data.num_clients, num_actors)  # until `start` knows the client groups
         self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_actor, num_gpus=res.gpus_per_actor).remote(
-                cfg, group, run_dir, max(1, int(res.cpus_per_actor)))
-            for group in self.groups
+                cfg, hosted, run_dir, max(1, int(res.cpus_per_actor)))
+            for hosted in self.hosted
         ]
-        self.owner = {c: a for a, group in enumerate(self.groups) for c in group}
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
         self.restarts = [0] * len(self.actors)
 
-    def start(self, data_box: list, server: Server, costs: list[float] | None) -> None:
-        """Every actor loaded with `data_box` = [ObjectRef of the FederatedData]; `costs`: each client's local work,
-        to balance a round's clients by (None: sticky)."""
-        self.data_box, self.server, self.costs = data_box, server, costs
+    def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
+        """Every actor loaded with `data_box` = [ObjectRef of the FederatedData] and whole blocks of clients
+        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work, to
+        balance a round's groups by (None: sticky)."""
+        self.data_box, self.server, self.client_groups, self.costs = data_box, server, groups, costs
+        self.hosted = groups.hosts(len(self.actors))
+        self.owner = {c: a for a, hosted in enumerate(self.hosted) for c in hosted}
         self._await_actors(self.cfg.resources.actor_start_timeout)
         self.evaluator = self._gpu_actor()
         if self.evaluator is not None:
@@ -162,10 +166,10 @@ class ActorPool:
         pings = [actor.ping.remote() for actor in self.actors]
         ray.wait(pings, num_returns=len(pings), timeout=timeout)
         loads = []
-        for actor, ping in zip(self.actors, pings):
+        for idx, (actor, ping) in enumerate(zip(self.actors, pings)):
             try:
                 if not ray.get(ping, timeout=0):
-                    loads.append(actor.load.remote(self.data_box, self.server.round))
+                    loads.append(actor.load.remote(self.data_box, self.server.round, self.hosted[idx]))
             except (RayActorError, GetTimeoutError):
                 pass  # not up yet, or died: `_await_ready` below waits for it
         for load in loads:
@@ -195,8 +199,9 @@ class ActorPool:
         from orchestrator.client_calls import ClientResults
 
         sent = time.perf_counter()
+        groups = self.client_groups.split(call.client_ids)
         pending = {self._call(a, call.to(group)): (a, group, 0)
-                   for a, group in plan_round(call.client_ids, self.owner, len(self.actors), self.costs).items()}
+                   for a, group in plan_round(groups, self.owner, len(self.actors), self.costs).items()}
         phases = self.server.phases
         phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
         gathered = ClientResults()
@@ -232,7 +237,7 @@ class ActorPool:
         while time.monotonic() < deadline:
             try:
                 if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
-                    ray.get(actor.load.remote(self.data_box, self.server.round),
+                    ray.get(actor.load.remote(self.data_box, self.server.round, self.hosted[actor_idx]),
                             timeout=max(1.0, deadline - time.monotonic()))
                     self._loaded(actor_idx)
                 return True
@@ -265,7 +270,7 @@ class ActorPool:
         out = []
         for idx, ref in enumerate(refs):
             try:
-                out.append(ray.get(ref) if ref in ready else {"unreachable": True, "clients": self.groups[idx]})
+                out.append(ray.get(ref) if ref in ready else {"unreachable": True, "clients": self.hosted[idx]})
             except RayActorError:
-                out.append({"unreachable": True, "clients": self.groups[idx]})
+                out.append({"unreachable": True, "clients": self.hosted[idx]})
         return [info | {"restarts": n} for info, n in zip(out, self.restarts)]

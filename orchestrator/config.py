@@ -323,8 +323,16 @@ class TrainConfig(Strict):
     lr_schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     grad_clip: float | None = Field(None, gt=0)
     engine: Literal["auto", "sequential", "vectorized"] = Field(
-        "sequential", description="sequential: one client at a time (the bitwise reference); vectorized: an actor's "
-        "clients together (torch.func); auto: vectorized where the method and model allow it")
+        "auto", description="sequential: one client at a time (the reference); vectorized: each group of a round's "
+        "clients (train.group_steps) trained together (torch.func); auto: vectorized where the method and model allow "
+        "it, else sequential. On either engine the history does not depend on the number of client actors")
+    group_steps: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto", description="the groups a round's clients train in: consecutive client ids, each group at most about "
+        "this many optimizer steps a round in expectation; a group trains together in one process and its partial "
+        "sum is taken alone, so the history depends on the groups, fixed by the config, not on the actors "
+        "(orchestrator/client_groups.py). Fewer steps: more groups to spread over actors, each a smaller batch; "
+        "auto: orchestrator/placement.py's SMALL_ROUND_STEPS of the engine that runs (the round size "
+        "resources.clients_on: auto trains in the coordinator)")
     on_nonfinite_loss: Literal["stop", "continue"] = Field(
         "stop", description="a client's training loss is NaN or infinite: stop the run (naming the round and "
                             "the client), or continue")
@@ -363,15 +371,17 @@ class ResourcesConfig(Strict):
         "auto", description="where the clients train: on client actors, or in the coordinator's process (no Ray call "
         "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
         "orchestrator/placement.py's SMALL_ROUND_STEPS optimizer steps in all) and no GPU is asked for, else actors. "
-        "The history is the same as with one actor")
+        "The history is the same as on any number of client actors (train.group_steps)")
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "
         "orchestrator/round_loop.py's CALL_SECONDS (a call costs a fraction of a millisecond, which rounds of a few "
         "milliseconds feel), never past a due checkpoint. The history does not depend on it; a stop signal waits "
         "for the calls in flight")
-    partial_sums: bool = Field(False, description="an actor returns the sample-weighted sum of its clients' models, "
-                               "not each model, where the method averages them as FedAvg does; the history then "
-                               "depends on the number of actors in the last float32 bit (docs/design.md, \"How it runs\")")
+    partial_sums: bool = Field(True, description="each group of a round's clients (train.group_steps) comes back "
+                               "as the sample-weighted sum of its models, not each model, where the method declares "
+                               "that it averages them as FedAvg does (Capabilities.averages_models) and no per-client "
+                               "model is read (eval.diagnostics); other methods send each model "
+                               "(docs/design.md, \"How it runs\")")
 
 
 # -------------------------------------------------------------------------------------- participation

@@ -1,5 +1,7 @@
-"""resources.partial_sums: an actor folds the models of the clients it trained into Σ n_k·θ_k before sending them,
-and the server folds those partial sums into the weighted mean FedAvg would have taken of the models."""
+"""resources.partial_sums: a client host folds the models of each group of clients it trained
+(orchestrator/client_groups.py) into Σ n_k·θ_k before sending them, and the server folds those partial sums, in
+group order, into the weighted mean FedAvg would have taken of the models. The groups are fixed by the config and
+the round, so the floats are added in the same order whatever the number of actors."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -42,7 +44,8 @@ def sum_updates(results: dict[int, ClientUpdate],
 
 
 def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Σ over partials of their sums, in the order of their first clients, ÷ Σ of their weights, in each tensor's
+    """Σ over partials of their sums, in the order of their first clients (group order: a group is consecutive
+    client ids), ÷ Σ of their weights, in each tensor's
     own dtype; non-float tensors from the partial of the lowest client id (as FedAvg takes its first client's)."""
     partials = sorted(partials, key=lambda p: p.first_client)
     total = sum(p.weight for p in partials)
@@ -56,8 +59,9 @@ def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Ten
 
 
 def sums_updates(algorithm: Algorithm, cfg) -> bool:
-    """Whether this run's actors return partial sums: asked for, and the method's aggregation and round
-    metrics are FedAvg's (a weighted mean of the client models, nothing else read from them), weighted by samples."""
+    """Whether this run's client hosts return partial sums: asked for (the default), the method's capabilities
+    declare its aggregation and round metrics FedAvg's (a weighted mean of the client models, nothing else read
+    from them), weighted by samples, and nothing else reads each client's model (eval.diagnostics does)."""
     capabilities = algorithm.capabilities()
     return (cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
-            and algorithm.averaging == "samples")
+            and algorithm.averaging == "samples" and not cfg.eval.diagnostics)

@@ -1,4 +1,5 @@
-"""How a round's clients are spread over actors: sticky for methods with client state, balanced otherwise."""
+"""How a round's groups of clients are spread over actors, each group whole: sticky for methods with client
+state, balanced otherwise."""
 from __future__ import annotations
 
 import pytest
@@ -15,26 +16,29 @@ from tasks.algorithms import ALGORITHMS
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
 
 
-def test_sticky_plan_keeps_every_client_on_its_host():
-    owner = {0: 0, 1: 1, 2: 0, 3: 1}
-    assert plan_round([0, 2, 3], owner, num_actors=2, costs=None) == {0: [0, 2], 1: [3]}
+def test_sticky_plan_keeps_every_group_on_its_host():
+    owner = {0: 0, 1: 1, 2: 0, 3: 1, 4: 0}
+    assert plan_round([[0, 2], [3], [4]], owner, num_actors=2, costs=None) == {0: [0, 2, 4], 1: [3]}
 
 
-def test_balanced_plan_puts_the_largest_client_on_the_least_loaded_actor():
+def test_balanced_plan_puts_the_largest_group_on_the_least_loaded_actor():
     costs = [5.0, 40.0, 12.0, 40.0, 3.0, 25.0]
-    # 1 (40) → a0; 3 (40) → a1; 5 (25) → a0 (tie at 40: the lower index); then a1 is lighter (40 < 65)
-    # for 2 (12), 0 (5) and 4 (3): loads end 65 and 60
-    assert plan_round([0, 1, 2, 3, 4, 5], {}, num_actors=2, costs=costs) == {0: [1, 5], 1: [3, 2, 0, 4]}
+    # clients alone: 1 (40) → a0; 3 (40) → a1; 5 (25) → a0 (tie at 40: the lower index); then a1 is lighter
+    # (40 < 65) for 2 (12), 0 (5) and 4 (3): loads end 65 and 60
+    alone = [[c] for c in range(6)]
+    assert plan_round(alone, {}, num_actors=2, costs=costs) == {0: [1, 5], 1: [3, 2, 0, 4]}
+    # groups whole: [2, 3] (52) → a0; [0, 1] (45) → a1; [4, 5] (28) → a1 (45 < 52)
+    assert plan_round([[0, 1], [2, 3], [4, 5]], {}, num_actors=2, costs=costs) == {0: [2, 3], 1: [0, 1, 4, 5]}
 
 
-def test_balanced_plan_sends_a_client_home_when_loads_tie():
+def test_balanced_plan_sends_a_group_home_when_loads_tie():
     owner = {0: 1, 1: 0, 2: 1, 3: 0}
     # equal costs: 0 → a1 (tie at 0, home), 1 → a0 (lighter), 2 → a1 (tie, home), 3 → a0 (lighter)
-    assert plan_round([0, 1, 2, 3], owner, num_actors=2, costs=[1.0] * 4) == {1: [0, 2], 0: [1, 3]}
+    assert plan_round([[0], [1], [2], [3]], owner, num_actors=2, costs=[1.0] * 4) == {1: [0, 2], 0: [1, 3]}
 
 
-def test_balanced_plan_with_fewer_clients_than_actors_leaves_actors_out():
-    assert plan_round([7], {}, num_actors=3, costs=[1.0] * 8) == {0: [7]}
+def test_balanced_plan_with_fewer_groups_than_actors_leaves_actors_out():
+    assert plan_round([[6, 7]], {}, num_actors=3, costs=[1.0] * 8) == {0: [6, 7]}
 
 
 def test_client_costs_count_optimizer_steps(workdir):
@@ -100,7 +104,7 @@ def test_a_client_that_raises_stops_its_call_and_its_actor_goes_on(ray_session, 
     actor = ClientActor.remote(cfg, [0, 2], str(cfg.checkpoint.dir) + "/x", 1)
     assert ray.get(actor.ping.remote()) is False  # alive, not loaded: a call now answers None
     assert ray.get(actor.call.remote(ClientCall(CallKind.UPDATE, None, [0], 0), None)) is None
-    ray.get(actor.load.remote([ray.put(data)], 0))
+    ray.get(actor.load.remote([ray.put(data)], 0, [0, 2]))
     assert ray.get(actor.ping.remote()) is True
     payload = server.algorithm.payload(server.state, 0)
     call = ClientCall(CallKind.UPDATE, None, [0, 1, 2], 0)  # client 1 lives elsewhere

@@ -102,8 +102,8 @@ def test_vectorized_local_steps_equal_sequential(tmp_path):
 
 
 def test_a_clients_result_depends_on_who_trains_with_it_only_in_the_last_bits(tmp_path):
-    """Why vectorized histories are bitwise equal for the same number of actors but only close across numbers of
-    actors: the same clients in the same batch repeat bitwise; in another batch of clients, within tolerance."""
+    """Why a round's clients train in groups fixed by the config, not by the actors (orchestrator/client_groups.py):
+    the same clients in the same batch repeat bitwise; in another batch of clients, only within tolerance."""
     cfg = tiny(tmp_path, "algorithm.name=fedprox", "train.engine=vectorized")
     data = prepare_data(cfg)
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)

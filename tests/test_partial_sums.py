@@ -1,9 +1,8 @@
-"""resources.partial_sums: actors return Σ n_k·θ_k of their clients instead of each model (FedAvg-style methods).
-What holds: the same run with the same number of actors is bitwise the same; across numbers of actors and
-against per-client aggregation the global model agrees to float32 rounding; the logged bytes do not change."""
+"""resources.partial_sums: client hosts return Σ n_k·θ_k of each group of clients instead of each model
+(FedAvg-style methods). What holds: against per-client aggregation the global model agrees to float32 rounding;
+the logged bytes do not change. Across numbers of actors the history is bitwise the same
+(tests/test_client_groups.py)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +12,6 @@ from orchestrator.config import load_config
 from orchestrator.datasets import prepare_data
 from orchestrator.federation import Server, in_process_calls
 from orchestrator.partial_sums import fold_partial_sums, sum_updates
-from orchestrator.run import run_experiment
 from tasks.algorithms import ClientUpdate
 
 FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=0",
@@ -64,23 +62,9 @@ def test_only_methods_that_average_as_fedavg_does_sum(workdir, name, summed):
     assert Server(cfg, prepare_data(cfg)).summed is summed
 
 
-@pytest.mark.ray
-@pytest.mark.parametrize("engine, atol", [("sequential", 1e-6), ("vectorized", 2e-5)])
-def test_partial_sums_on_ray_repeat_bitwise_and_agree_across_numbers_of_actors(ray_session, workdir, engine, atol):
-    """On the vectorized engine a client's model also depends in its last bits on which clients share its batch
-    (tests/test_engines.py), hence its wider tolerance across numbers of actors."""
-    def final_model(actors: int):
-        cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.partial_sums=true",
-                                                                     f"resources.num_actors={actors}",
-                                                                     "resources.clients_on=actors",
-                                                                     f"train.engine={engine}"])
-        result = run_experiment(cfg, progress=False)
-        state = torch.load(Path(result.run_dir) / "final_state.pt", weights_only=True)
-        return state["model"], [{k: v for k, v in m.items() if k != "accuracy"} for m in result.history]
-
-    two, two_history = final_model(2)
-    again, again_history = final_model(2)
-    one, one_history = final_model(1)
-    assert all(torch.equal(two[k], again[k]) for k in two) and two_history == again_history
-    assert all(torch.allclose(two[k], one[k], rtol=0, atol=atol) for k in two)
-    assert [m["bytes_up"] for m in one_history] == [m["bytes_up"] for m in two_history]
+def test_partial_sums_are_the_default_and_step_aside_for_the_diagnostics(workdir):
+    """eval.diagnostics reads each client's model (the classifier-update cosine, the feature distance)."""
+    default = load_config("configs/default.yaml", FAST + workdir)
+    assert default.resources.partial_sums and Server(default, prepare_data(default)).summed
+    diagnosed = load_config("configs/default.yaml", FAST + workdir + ["eval.diagnostics=true"])
+    assert not Server(diagnosed, prepare_data(diagnosed)).summed

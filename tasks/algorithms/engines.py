@@ -1,8 +1,9 @@
 """The two engines that run a method's local objective, and the choice between them (`train.engine`).
 
-- `sequential` (base.train_objective): one client after another, a model and a torch optimizer each: the bitwise
+- `sequential` (base.train_objective): one client after another, a model and a torch optimizer each: the
   reference.
-- `vectorized` (here): all the clients one actor trains in a round at once. Their parameters are stacked along a
+- `vectorized` (here): each group of a round's clients (orchestrator/client_groups.py: fixed by the config, not by
+  the actors, since a client's result depends in its last bits on who shares its batch) at once. Their parameters are stacked along a
   leading client dimension; one `torch.func.vmap` of the model's `functional_call` and of the method's
   `local_loss` computes every client's loss, one backward pass every client's gradient (the clients are
   independent, so the gradient of their summed losses is each one's own). The optimizer (SGD with momentum and
@@ -16,7 +17,7 @@
   (`LocalObjective.phases`: FedRep, FedBABU, Ditto, FedRoD) is one such training per phase (`train_rounds`), each
   training the parameters its phase names, from where the previous one left every client.
 
-`auto` takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
+`auto` (the default) takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
 """
 from __future__ import annotations
 

@@ -235,8 +235,9 @@ def test_a_dead_coordinator_leaves_a_checkpoint_to_resume_from(ray_session, work
         if metrics["round"] == 2:
             os.kill(coordinator_pid[0], signal.SIGKILL)
 
-    # round 3 is normally still running when the kill lands; on a slow machine it may have just finished
-    with pytest.raises(RunError, match=r"the coordinator died after round [23] .*continue with `mooring run --resume"):
+    # round 3 is normally still running when the kill lands; the driver's pipelined calls and a loaded machine can
+    # let a round or two more finish first (seen: round 4): where it dies does not matter, the resume does
+    with pytest.raises(RunError, match=r"the coordinator died after round [2-9] .*continue with `mooring run --resume"):
         run_experiment(cfg, progress=False, on_round=kill_coordinator_after_round_2, run_dir=run_dir)
     resumed = run_experiment(cfg, progress=False, resume_dir=run_dir)
     assert resumed.history == full.history

@@ -18,7 +18,7 @@ from pipelines.table_report import Measured, kendall_tau, measured, render_repor
 from pipelines.tables import built_methods, plan_settings, reproduce_command, table_cells
 
 ROOT = Path(__file__).resolve().parents[1]
-# the table files, not the tuned-values files `--tune` writes beside them (read through their table file)
+# the table files; a <paper>.tuned.yaml beside one is its tuned values, validated with it (load_table_file)
 TABLE_FILES = sorted(p for p in (ROOT / "configs" / "tables").glob("*.yaml") if not p.name.endswith(".tuned.yaml"))
 
 # the shape of every paper table (rows × columns) as docs/methods/<paper>.md §7/§8 prints it

@@ -378,3 +378,16 @@ def test_tune_writes_each_rows_choice_and_the_table_then_runs_with_it(ray_sessio
     spec = load_table_file(path)
     [run] = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, path), built_methods(spec), [], path)
     assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]
+
+
+def test_the_reproduce_command_names_a_report_written_elsewhere():
+    from argparse import Namespace
+
+    from pipelines.tables import reproduce_command
+
+    args = Namespace(config="configs/tables/fedfm.yaml", budget="short", seeds="0,1,2", overrides=[],
+                     out="docs/tables/fedfm.md")
+    assert reproduce_command(args, "docs/tables/fedfm.short.md") == \
+        "mooring table configs/tables/fedfm.yaml --budget short --seeds 0,1,2 --out docs/tables/fedfm.md"
+    assert reproduce_command(Namespace(**{**vars(args), "out": "docs/tables/fedfm.short.md"}),
+                             "docs/tables/fedfm.short.md").endswith("--seeds 0,1,2")  # the default: not named

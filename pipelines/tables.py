@@ -261,14 +261,15 @@ def configure(parser) -> None:
                              "running no cell; the next run of the table uses them")
 
 
-def reproduce_command(args) -> str:
+def reproduce_command(args, default_report: str) -> str:
+    """The command that writes this report again: --out named where it is not the budget's default report."""
     parts = ["mooring table", args.config]
     if args.budget != DEFAULT_BUDGET:
         parts.append(f"--budget {args.budget}")
     if args.seeds:
         parts.append(f"--seeds {args.seeds}")
     parts += [f"--set {o}" for o in args.overrides]
-    if args.out:  # a budget's report written as the paper's page (`--budget short --out docs/tables/<paper>.md`)
+    if args.out is not None and Path(args.out) != Path(default_report):
         parts.append(f"--out {args.out}")
     return " ".join(parts)
 
@@ -307,7 +308,8 @@ def main(args) -> int:
                          progress=not args.quiet)
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
-                           {r.setting: r.base for r in runs}, reproduce_command(args), args.config, args.overrides)
+                           {r.setting: r.base for r in runs}, reproduce_command(args, default_out(spec, plan.name)),
+                           args.config, args.overrides)
     out.write_text(report)
     print(report)
     print(f"wrote {out}")

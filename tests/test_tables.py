@@ -123,10 +123,10 @@ def test_the_reproduce_command_names_the_budget_seeds_overrides_and_the_report_w
 
     args = Namespace(config="configs/tables/x.yaml", budget="short", seeds="0,1", overrides=["train.rounds=3"],
                      out="docs/tables/x.md")
-    assert reproduce_command(args) == ("mooring table configs/tables/x.yaml --budget short --seeds 0,1 "
-                                       "--set train.rounds=3 --out docs/tables/x.md")
+    assert reproduce_command(args, "docs/tables/x.short.md") == (
+        "mooring table configs/tables/x.yaml --budget short --seeds 0,1 --set train.rounds=3 --out docs/tables/x.md")
     args = Namespace(config="configs/tables/x.yaml", budget=DEFAULT_BUDGET, seeds=None, overrides=[], out=None)
-    assert reproduce_command(args) == "mooring table configs/tables/x.yaml"
+    assert reproduce_command(args, "docs/tables/x.md") == "mooring table configs/tables/x.yaml"
 
 
 # -------------------------------------------------------------------------------------- table files
@@ -389,3 +389,16 @@ def test_tune_writes_each_rows_choice_and_the_table_then_runs_with_it(ray_sessio
     spec = load_table_file(path)
     [run] = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, path), built_methods(spec), [], path)
     assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]
+
+
+def test_the_reproduce_command_names_a_report_written_elsewhere():
+    from argparse import Namespace
+
+    from pipelines.tables import reproduce_command
+
+    args = Namespace(config="configs/tables/fedfm.yaml", budget="short", seeds="0,1,2", overrides=[],
+                     out="docs/tables/fedfm.md")
+    assert reproduce_command(args, "docs/tables/fedfm.short.md") == \
+        "mooring table configs/tables/fedfm.yaml --budget short --seeds 0,1,2 --out docs/tables/fedfm.md"
+    assert reproduce_command(Namespace(**{**vars(args), "out": "docs/tables/fedfm.short.md"}),
+                             "docs/tables/fedfm.short.md").endswith("--seeds 0,1,2")  # the default: not named

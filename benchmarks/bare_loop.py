@@ -75,8 +75,8 @@ def check_supported(cfg, vectorized: bool = False, models: tuple[str, ...] = ("m
 def prepare_workload(cfg):
     """The clients' data, every round's sampled clients and the global test set, from the config and its seed;
     and the prepared data (FederatedData)."""
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import sample_clients
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import sample_clients
 
     data = prepare_data(cfg)
     clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]
@@ -152,7 +152,7 @@ def rounds_seconds(cfg, vectorized: bool = False) -> float:
 
 
 def main() -> None:
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bare_loop")
     parser.add_argument("config")

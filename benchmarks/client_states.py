@@ -34,10 +34,10 @@ def workload() -> list[str]:
 
 def run(cfg, data, states_dir: str | None) -> dict:
     """One run; a checkpoint's client-state bytes measured every EVERY rounds as that row checkpoints them."""
-    from orchestrator.client_host import ClientHost
-    from orchestrator.client_store import ClientStateStore
-    from orchestrator.federation import Server, in_process_calls
-    from orchestrator.storage import torch_bytes
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.clients.client_store import ClientStateStore
+    from orchestrator.io.storage import torch_bytes
+    from orchestrator.server.federation import Server, in_process_calls
     from tasks.algorithms.base import nbytes
 
     store = ClientStateStore(states_dir, cfg.resources.resident_clients) if states_dir else ClientStateStore()
@@ -62,8 +62,8 @@ def run(cfg, data, states_dir: str | None) -> dict:
 def measure() -> dict:
     import torch
 
-    from orchestrator.config import load_config
-    from orchestrator.datasets import prepare_data
+    from orchestrator.experiment.config import load_config
+    from orchestrator.experiment.datasets import prepare_data
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="mooring-states-") as tmp:

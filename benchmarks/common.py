@@ -44,7 +44,7 @@ def local_ray(num_cpus: int = 2) -> Iterator[None]:
     """A local Ray instance for the benchmark's in-process runs, shut down at the end if this started it."""
     import ray
 
-    from orchestrator.ray_start import init_ray
+    from orchestrator.ray_runtime.ray_start import init_ray
 
     started = not ray.is_initialized()
     if started:

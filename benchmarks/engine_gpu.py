@@ -23,7 +23,7 @@ ROUNDS = 2
 
 def config(size: str, samples_per_client: int, engine: str, tmp: str, overrides: tuple[str, ...] = ()):
     """configs/default.yaml with the CNN in place of the digits MLP (whose options it would not take)."""
-    from orchestrator.config import apply_overrides, build_config, read_yaml
+    from orchestrator.experiment.config import apply_overrides, build_config, read_yaml
 
     clients, per_round = (int(n) for n in size.split("/"))
     raw = read_yaml(DEFAULT_CONFIG)
@@ -55,10 +55,10 @@ def synchronize(device: str) -> None:
 
 def rounds_seconds(cfg, device: str, rounds: int) -> list[float]:
     """Seconds of each timed round of the host's UPDATE call over the round's sampled clients (after one warm-up round)."""
-    from orchestrator.client_calls import CallKind, ClientCall
-    from orchestrator.client_host import ClientHost
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import sample_clients
+    from orchestrator.clients.client_calls import CallKind, ClientCall
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import sample_clients
 
     data = prepare_data(cfg)
     host = ClientHost(cfg, data, list(range(data.num_clients)), device=device)

@@ -5,7 +5,7 @@ The tiny-client workload (benchmarks/tiny_clients.py) at 100 clients of about 12
 milliseconds a round (MLflow tracking and checkpoints on, as a user runs it), and what it spends beyond the
 efficient plain loop, whose round is that one step and its average, measured in the same run. Then round 1 against
 round 10 of each Mooring row (each the fastest of the repeats): whatever a process pays the first time (torch's
-first optimizer, lazy imports, Ray's first call) belongs to the start-up (orchestrator/warm_up.py), so round 1
+first optimizer, lazy imports, Ray's first call) belongs to the start-up (orchestrator/clients/warm_up.py), so round 1
 should cost what round 10 does.
 
     python -m benchmarks.fixed_cost          (or: mooring bench fixed-cost [--rounds 100] [--actors 2] ...)

@@ -24,7 +24,7 @@ ROUNDS = 5
 
 def config(actors: int, tmp: str):
     """configs/default.yaml with the CNN in place of the digits MLP (whose options it would not take)."""
-    from orchestrator.config import apply_overrides, build_config, read_yaml
+    from orchestrator.experiment.config import apply_overrides, build_config, read_yaml
 
     raw = read_yaml("configs/default.yaml")
     raw["model"] = {"name": "acar_cnn"}
@@ -73,7 +73,7 @@ def gpu_name() -> str:
 
 
 def measure_one(actors: int, tmp: str) -> dict:
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     util = GpuUtilisation()
 
@@ -96,7 +96,7 @@ def measure_one(actors: int, tmp: str) -> dict:
 def measure(packings=PACKINGS) -> dict:
     import ray
 
-    from orchestrator.ray_start import init_ray
+    from orchestrator.ray_runtime.ray_start import init_ray
 
     tmp = tempfile.mkdtemp(prefix="mooring-gpu-")
     init_ray(include_dashboard=False, log_to_driver=False)

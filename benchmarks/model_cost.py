@@ -99,7 +99,7 @@ def reference_row(config: str, overrides: list[str], cwd: str, vectorized: bool)
 
 def mooring_row(cfg) -> tuple[Row, str]:
     """Mooring's rounds as `mooring run` runs them: (the row, where the clients trained if not on the actors)."""
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     result = run_experiment(cfg, progress=False)
     return Row(list(result.round_seconds), [m.get("accuracy", 0.0) for m in result.history]), \
@@ -109,7 +109,7 @@ def mooring_row(cfg) -> tuple[Row, str]:
 def measure(workload: str, rounds: int | None = None, repeats: int = 1, actors: tuple[int, ...] = (1, 2),
             engines: tuple[str, ...] = ENGINES, mooring_overrides: tuple[str, ...] = ()) -> dict:
     """`mooring_overrides` apply to the Mooring rows only."""
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
 
     w = WORKLOADS[workload]
     rounds = rounds or w.rounds

@@ -34,7 +34,7 @@ MODELS = ("acar_cnn", "char_rnn")
 
 def load_model_workload(cfg) -> tuple[Workload, nn.Module]:
     """The workload (benchmarks/bare_loop.py) and Mooring's global model at θ⁰."""
-    from orchestrator.methods import build_algorithm
+    from orchestrator.experiment.methods import build_algorithm
 
     workload, data = prepare_workload(cfg)
     return workload, build_algorithm(cfg, data.num_classes, data.input_shape).new_model()
@@ -68,7 +68,7 @@ def reference_process(config: str, overrides: list[str], cwd: str, vectorized: b
 
 
 def main() -> None:
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.model_loops")
     parser.add_argument("config")

@@ -45,8 +45,8 @@ def bare_loops_at_once(overrides: list[str], cwd: str, count: int = 2) -> float:
 def measure(repeats: int = 5, engine: str | None = None, mooring_overrides: tuple[str, ...] = ()) -> dict:
     """Each row's fastest of `repeats` interleaved runs (the machine is shared: the minimum is the least
     disturbed). `mooring_overrides` apply to the Mooring rows only."""
-    from orchestrator.config import load_config
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
+    from orchestrator.experiment.config import load_config
 
     engine_override = ([f"train.engine={engine}"] if engine else []) + list(mooring_overrides)
     out: dict = {"repeats": repeats, "engine": engine,

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.methods import build_algorithm
-from orchestrator.participation import Participation
-from orchestrator.plots import _save, import_pyplot, plot_against_time
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.experiment.methods import build_algorithm
+from orchestrator.reporting.plots import _save, import_pyplot, plot_against_time
+from orchestrator.server.participation import Participation
 from pipelines.compare import aggregate_metric
 from tasks.algorithms.base import count_correct
 

@@ -113,7 +113,7 @@ def merged_histories(dirs: list[str]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
     from pipelines.compare import compare
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

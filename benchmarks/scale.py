@@ -12,7 +12,7 @@ and a global test set of 5,000 at every size), IID, the digits MLP, 1 local epoc
     python -m benchmarks.scale [--algorithm fedavg] [--clients 1000 --clients 100000] [--rounds 7] [--repeats 2]
     mooring bench scale [--size 1000/100 --size 100000/100] [--rounds 7] [--repeats 2]
 
-`--partitions`: partitions at scale instead. Building, hashing, storing (Parquet, through orchestrator.storage),
+`--partitions`: partitions at scale instead. Building, hashing, storing (Parquet, through orchestrator.io.storage),
 reloading and pickling (to bytes and back, as into Ray's object store) a partition of 100,000 clients with 20
 samples each, against 10,000 clients with 20 each (the baseline: a ratio of 10 is linear in the data), and
 generating the synthetic dataset (25 samples per client, 8×8) that holds them; each in a fresh process, whose
@@ -66,7 +66,7 @@ def measure(algorithms: tuple[str, ...] = ALGORITHMS, sizes: tuple[str, ...] = S
     """Each method's sizes run one after another, `repeats` times over (interleaved, so a busy spell on a shared
     machine hits both sizes); of the repeats the fastest rounds and checkpoints count, and the highest memory."""
     if rounds < 4:
-        from orchestrator.config import ConfigError
+        from orchestrator.experiment.config import ConfigError
 
         raise ConfigError(f"--rounds {rounds}: the scale benchmark needs at least 4 (round 1 and the last are left out)")
     out = []
@@ -99,9 +99,9 @@ def measure_one(algorithm: str, size: str, rounds: int) -> dict:
 def run_child(algorithm: str, size: str, rounds: int, tmp: str) -> dict:
     import ray
 
-    from orchestrator.config import load_config
-    from orchestrator.ray_start import init_ray
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
+    from orchestrator.experiment.config import load_config
+    from orchestrator.ray_runtime.ray_start import init_ray
 
     init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
     cfg = load_config(DEFAULT_CONFIG, setting(size, algorithm, rounds, tmp))
@@ -177,8 +177,8 @@ def partition_steps(clients: int, kind: str, tmp: str, seconds: dict) -> int:
     returns the bytes of the data (the images, or the labels partitioned)."""
     import numpy as np
 
-    from orchestrator.config import load_config
-    from orchestrator.datasets import load_partition, store_partition
+    from orchestrator.experiment.config import load_config
+    from orchestrator.experiment.datasets import load_partition, store_partition
     from tasks.data.datasets import load_dataset
     from tasks.data.partition import make_partition
 

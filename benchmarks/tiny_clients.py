@@ -71,8 +71,8 @@ def in_process_seconds(cfg) -> float:
     import torch
     import torch._dynamo  # noqa: F401 - see benchmarks/bare_loop.py
 
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import run_in_process
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -89,8 +89,8 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
             engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = (),
             partitions: tuple[str, ...] = tuple(PARTITIONS)) -> dict:
     """`mooring_overrides` apply to the Mooring rows only (resources.partial_sums=true, for example)."""
-    from orchestrator.config import load_config
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
+    from orchestrator.experiment.config import load_config
 
     out: dict = {"rounds": rounds, "repeats": repeats, "cases": {}, "targets": {},
                  "command": command(sizes, rounds, repeats, actors, engines, mooring_overrides)}

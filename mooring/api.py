@@ -13,7 +13,7 @@ from typing import Any
 from mooring.errors import one_line_errors
 from mooring.results import Comparison, Run
 from mooring.settings import ConfigSource, Overrides, resolve
-from orchestrator.config import ConfigError, ExperimentConfig
+from orchestrator.experiment.config import ConfigError, ExperimentConfig
 
 # what `methods` may be: algorithm names, or {label: its overrides} (as `--variant` gives them)
 Methods = Sequence[str] | Mapping[str, Mapping[str, Any]]
@@ -31,7 +31,7 @@ def run(source: ConfigSource = None, overrides: Overrides = None, /, *, address:
     """One federated run, as `mooring run CONFIG --set KEY=VALUE ...` runs it (the same history for the same
     config and seed): MLflow run, run directory, checkpoints and all. Local paths in the config are taken from
     the current directory."""
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
     from pipelines.compare import absolute_paths
 
     with one_line_errors():

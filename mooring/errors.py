@@ -23,7 +23,7 @@ class MooringError(Exception):
 def one_line_errors() -> Iterator[None]:
     """The command line's known errors (orchestrator/cli.py) re-raised as MooringError with the same line."""
     from orchestrator.cli import io_problem, known_errors
-    from orchestrator.signals import RunInterrupted
+    from orchestrator.driver.signals import RunInterrupted
 
     try:
         yield

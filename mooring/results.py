@@ -1,5 +1,5 @@
 """What the Python API returns: a run or a comparison, their histories and tables as pandas DataFrames, and
-the accuracy-by-round figure the command line saves (orchestrator/plots.py) as a matplotlib Figure."""
+the accuracy-by-round figure the command line saves (orchestrator/reporting/plots.py) as a matplotlib Figure."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config import ExperimentConfig
-from orchestrator.results import RunResult, summary_metrics
+from orchestrator.experiment.config import ExperimentConfig
+from orchestrator.reporting.results import RunResult, summary_metrics
 from pipelines import compare as compare_pipeline
 
 
@@ -52,7 +52,7 @@ class Run:
 
     def plot(self, title: str | None = None):
         """The accuracy-by-round figure of this run (a panel per kind of accuracy), as `mooring run` saves it."""
-        from orchestrator.plots import comparison_figure, experiment_title
+        from orchestrator.reporting.plots import comparison_figure, experiment_title
 
         title = experiment_title(self.config, [self.config.seed]) if title is None else title
         return comparison_figure({self.config.algorithm.name: self.result.history}, title)
@@ -99,7 +99,7 @@ class Comparison:
     def plot(self, title: str | None = None):
         """The accuracy-by-round figure, a line per variant (mean over seeds, ± std as a band), as
         `mooring compare` saves it in accuracy.png."""
-        from orchestrator.plots import comparison_figure, experiment_title
+        from orchestrator.reporting.plots import comparison_figure, experiment_title
 
         title = experiment_title(self.config, self.seeds) if title is None else title
         return comparison_figure(self.result.histories, title)

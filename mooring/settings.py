@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import ConfigError, ExperimentConfig, build_config, read_yaml, set_dotted
+from orchestrator.experiment.config import ConfigError, ExperimentConfig, build_config, read_yaml, set_dotted
 
 # what `config` may be: a YAML file's path, the sections as a mapping, a config already built, or None (defaults)
 ConfigSource = str | os.PathLike | Mapping[str, Any] | ExperimentConfig | None

@@ -53,9 +53,9 @@ def command_named(argv: list[str]) -> str | None:
 
 
 def known_errors() -> tuple[type[BaseException], ...]:
-    from orchestrator.config import ConfigError
-    from orchestrator.run_errors import RunError
-    from orchestrator.signals import RunInterrupted
+    from orchestrator.driver.run_errors import RunError
+    from orchestrator.driver.signals import RunInterrupted
+    from orchestrator.experiment.config import ConfigError
     from tasks.data.datasets import DataFileError, DatasetNotFound
     from tasks.data.partition import PartitionError
     from tasks.registry import PluginError
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_known_error(e: Exception) -> int:
-    from orchestrator.run_errors import RunError
-    from orchestrator.signals import RunInterrupted
+    from orchestrator.driver.run_errors import RunError
+    from orchestrator.driver.signals import RunInterrupted
 
     if isinstance(e, RunInterrupted):
         print(f"interrupted: {e}", file=sys.stderr)

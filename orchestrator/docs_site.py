@@ -1,7 +1,7 @@
 """The documentation site's generated pages, a MkDocs hook (mkdocs.yml names this file): each `mkdocs build` writes
 the reference from the code as it is then, so a new command, option, config key, method page or table needs no
 edit here. Every `mooring` command and option comes from the argparse parser (orchestrator/cli.py), every config
-key with its type, default and description from the pydantic schema (orchestrator/config.py), the algorithm
+key with its type, default and description from the pydantic schema (orchestrator/experiment/config.py), the algorithm
 interface from the docstrings of tasks/algorithms/base.py; the navigation lists every page found under
 docs/methods/ and docs/tables/. The pages live in the build only: nothing is written into docs/."""
 from __future__ import annotations
@@ -94,7 +94,7 @@ class ConfigKey:
 def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
     """Every key of the experiment config (nested blocks flattened to dotted keys), in the schema's order."""
     if model is None:
-        from orchestrator.config import ExperimentConfig
+        from orchestrator.experiment.config import ExperimentConfig
 
         model = ExperimentConfig
     keys = []
@@ -162,7 +162,7 @@ def default_of(field) -> str:
 
 def config_reference() -> str:
     lines = ["# Configuration", "",
-             "Generated from the config schema (`orchestrator/config.py`) when the site is built: every key, "
+             "Generated from the config schema (`orchestrator/experiment/config.py`) when the site is built: every key, "
              "its type, default and description. A YAML config sets any of them; `--set KEY=VALUE` overrides one "
              "on the command line; `mooring config show CONFIG` prints the resolved config.", ""]
     sections: dict[str, list[ConfigKey]] = {}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from orchestrator import storage
-from orchestrator.config import with_overrides
+from orchestrator.experiment.config import with_overrides
+from orchestrator.io import storage
 from pipelines.sweep_file import Sweep, absolute_paths_of, best_config
 from pipelines.sweep_objective import final_score, shown
 from pipelines.sweep_optuna import best_trial
@@ -65,7 +65,7 @@ def claimed_by_this_driver(study, trial_number: int) -> bool:
 
 def best_on_test(sweep: Sweep, study, parent_run_id: str | None) -> BestOnTest | None:
     """The best trial's test score: recorded, or measured now (a run) and recorded; None without a complete trial."""
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     best = best_trial(study)
     if best is None or trials_still_running(study):

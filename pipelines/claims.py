@@ -1,6 +1,6 @@
 """`mooring claims`: the papers' claims, checked on real digits, written to docs/claims.md.
 
-Each `configs/claims/*.yaml` is a runnable experiment plus a `claims:` block (orchestrator/config.py,
+Each `configs/claims/*.yaml` is a runnable experiment plus a `claims:` block (orchestrator/experiment/config.py,
 ClaimsConfig): settings × methods × seeds, run through `mooring compare` (same partition for every method
 of a seed), and statements judged on paired per-seed differences to a baseline:
 
@@ -78,7 +78,7 @@ def one_sided_p(diffs: list[float], sign: float) -> float | None:
 
 # ---------------------------------------------------------------------------------------- running
 def base_experiment(cfg):
-    from orchestrator.config import build_config
+    from orchestrator.experiment.config import build_config
 
     raw = cfg.to_dict()
     raw.pop("claims")
@@ -89,7 +89,7 @@ def apply_budget(cfg, budget: str, source: str, overrides: list[str] = ()):
     """The claims config at budget `budget`: "short" is the config as written; any other is one of its
     `claims.budgets` (overrides on every run, and optionally other seeds and settings). The command line's
     `overrides` (--set) are applied last, so they win over the budget's."""
-    from orchestrator.config import ConfigError, apply_overrides, build_config, set_dotted
+    from orchestrator.experiment.config import ConfigError, apply_overrides, build_config, set_dotted
 
     if budget == "short":
         return cfg
@@ -107,7 +107,7 @@ def apply_budget(cfg, budget: str, source: str, overrides: list[str] = ()):
 
 
 def check_names(cfg) -> None:
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     claims = cfg.claims
     for check in claims.checks:
@@ -120,8 +120,8 @@ def check_names(cfg) -> None:
 
 def check_protocol(cfg, seeds: list[int] | None = None) -> None:
     """Every setting × method of the protocol checked (pipelines/compare.py, plan_jobs) before anything runs."""
-    from orchestrator.config import ConfigError, with_overrides
-    from orchestrator.preflight import refusal, refusal_lines
+    from orchestrator.driver.preflight import refusal, refusal_lines
+    from orchestrator.experiment.config import ConfigError, with_overrides
     from pipelines.compare import plan_jobs
 
     check_names(cfg)
@@ -138,7 +138,7 @@ def check_protocol(cfg, seeds: list[int] | None = None) -> None:
 def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str | None = None,
                echo=print, report_only: bool = False) -> tuple[dict[str, Comparison], list[Verdict]]:
     """Run the protocol (or, with report_only, reload the histories a previous run saved in out_dir)."""
-    from orchestrator.config import with_overrides
+    from orchestrator.experiment.config import with_overrides
 
     check_names(cfg)
     claims, base = cfg.claims, base_experiment(cfg)
@@ -157,7 +157,7 @@ def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str 
 
 
 def saved_comparison(setting_dir: Path) -> Comparison:
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     path = setting_dir / "histories.json"
     if not path.exists():
@@ -296,7 +296,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
-    from orchestrator.config import ConfigError, load_config
+    from orchestrator.experiment.config import ConfigError, load_config
     from pipelines.compare import parse_list
 
     paths = args.configs or sorted(str(p) for p in Path("configs/claims").glob("*.yaml"))

@@ -23,7 +23,7 @@ from orchestrator.commands.common import add_address_arg, add_config_args
 from tasks.privacy.settings import EPSILON_KEYS
 
 if TYPE_CHECKING:
-    from orchestrator.signals import StopSignals
+    from orchestrator.driver.signals import StopSignals
 
 
 # ------------------------------------------------------------------------------------ metrics of a run
@@ -86,7 +86,7 @@ class Comparison:
     def require_finished(self, what: str) -> None:
         """For a caller that reads every run (claims, benchmarks): a failed run is an error, not a missing seed."""
         if self.failed:
-            from orchestrator.run_errors import RunError
+            from orchestrator.driver.run_errors import RunError
 
             first = self.failed[0]
             raise RunError(f"{what}: {len(self.failed)} of {len(self.rows)} runs failed, the first {first['variant']} "
@@ -95,8 +95,8 @@ class Comparison:
 
 def absolute_paths(cfg):
     """Local paths made absolute, so runs in Ray workers write where the driver reads."""
-    from orchestrator.config import with_overrides
-    from orchestrator.tracking import resolve_uri
+    from orchestrator.experiment.config import with_overrides
+    from orchestrator.reporting.tracking import resolve_uri
 
     overrides = {}
     for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir),
@@ -109,10 +109,10 @@ def absolute_paths(cfg):
 
 
 def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int) -> list[Job]:
-    """Every (variant, seed) run's config, each checked (orchestrator/preflight.py) before any runs: a ConfigError
+    """Every (variant, seed) run's config, each checked (orchestrator/driver/preflight.py) before any runs: a ConfigError
     with one line per variant refused."""
-    from orchestrator.config import ConfigError, with_overrides
-    from orchestrator.preflight import check_runnable, refusal
+    from orchestrator.driver.preflight import check_runnable, refusal
+    from orchestrator.experiment.config import ConfigError, with_overrides
 
     base, configs, problems = absolute_paths(base), {}, []
     for name, overrides in variants.items():
@@ -127,7 +127,7 @@ def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actor
 
 
 def _run_job(cfg, parent_run_id, run_dir):
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     return run_experiment(cfg, progress=False, parent_run_id=parent_run_id, run_dir=run_dir)
 
@@ -141,9 +141,9 @@ def run_jobs(jobs: list[Job], parallel: int, parent_run_id: str | None, echo=pri
     """Run the jobs as Ray tasks, at most `parallel` at once; results in job order whatever finishes first.
     SIGINT or SIGTERM stops it: no run is started after it, the runs in flight are stopped (see stop_runs),
     and the Comparison holds the runs that finished, with `stopped` saying what did not."""
-    from orchestrator.progress import Progress
-    from orchestrator.results import summary_metrics
-    from orchestrator.signals import StopSignals
+    from orchestrator.driver.signals import StopSignals
+    from orchestrator.reporting.progress import Progress
+    from orchestrator.reporting.results import summary_metrics
 
     results: dict[tuple[str, int], Any] = {}
     shown = Progress(len(jobs), "runs", enabled=progress)
@@ -181,7 +181,7 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
     """The submit-and-collect loop; returns the runs still in flight (none unless a stop signal came)."""
     import ray
 
-    from orchestrator.run_dir import new_run_dir
+    from orchestrator.io.run_dir import new_run_dir
 
     remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
     pending: dict[Any, Job] = {}
@@ -209,7 +209,7 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
 
 @dataclass
 class RunFailed:
-    """A run that failed (its RunError, orchestrator/run_errors.py): `message` as the run said it (a method's fault
+    """A run that failed (its RunError, orchestrator/driver/run_errors.py): `message` as the run said it (a method's fault
     with its last frames), `reason` its first line, for the table."""
 
     message: str
@@ -224,7 +224,7 @@ def outcome(ref):
     else raises."""
     import ray
 
-    from orchestrator.run_errors import RunError
+    from orchestrator.driver.run_errors import RunError
 
     try:
         return ray.get(ref)
@@ -390,7 +390,7 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from orchestrator.plots import has_clock, plot_against_time, plot_comparison
+    from orchestrator.reporting.plots import has_clock, plot_against_time, plot_comparison
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(comp.rows)
@@ -413,13 +413,13 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
             echo=print, progress: bool = True, baseline: str | None = None) -> Comparison:
     """Every variant × seed (see the module's docstring); every variant's config is checked before Ray starts and
-    its actors against the cluster before the first run (orchestrator/preflight.py). With `baseline`, the report
+    its actors against the cluster before the first run (orchestrator/driver/preflight.py). With `baseline`, the report
     adds the paired differences against it (pipelines/paired.py)."""
-    from orchestrator.plots import experiment_title
-    from orchestrator.preflight import check_devices, check_variants
-    from orchestrator.ray_start import ensure_ray
-    from orchestrator.signals import RunInterrupted
-    from orchestrator.tracking import Tracker
+    from orchestrator.driver.preflight import check_devices, check_variants
+    from orchestrator.driver.signals import RunInterrupted
+    from orchestrator.ray_runtime.ray_start import ensure_ray
+    from orchestrator.reporting.plots import experiment_title
+    from orchestrator.reporting.tracking import Tracker
     from pipelines.reports import write_comparison_report
 
     jobs = plan_jobs(base, variants, seeds, actors_per_run)
@@ -456,7 +456,7 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
 def stopped_message(comp: Comparison, total: int, out_dir: str | Path) -> str:
     """One line: how many runs finished and where their tables are, and each unfinished run with the command
     that continues it from its checkpoint (or that it never started)."""
-    from orchestrator.checkpoint import latest_checkpoint
+    from orchestrator.io.checkpoint import latest_checkpoint
 
     def fate(job: Job) -> str:
         if job.run_dir is None:
@@ -515,7 +515,7 @@ def parse_list(text: str | None, kind=str, option: str = "", example: str = "fed
             return [kind(x) for x in items]
     except ValueError:
         pass
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     what = "integers" if kind is int else "names"
     raise ConfigError(f"{option} {text!r}: expected comma-separated {what}, for example {example}")
@@ -525,14 +525,14 @@ def refuse_duplicates(option: str, text: str | None, values: list) -> None:
     """Each variant and seed once: a repeated one would silently run once (and name one row twice)."""
     repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
     if repeated is not None:
-        from orchestrator.config import ConfigError
+        from orchestrator.experiment.config import ConfigError
 
         raise ConfigError(f"{option} {text}: {repeated} is given more than once; give each once")
 
 
 def main(args) -> int:
     from orchestrator.commands.common import check_output_file
-    from orchestrator.config import ConfigError, load_config
+    from orchestrator.experiment.config import ConfigError, load_config
 
     variants = requested_variants(args)  # outside methods imported first, so that --set may name their blocks
     base = load_config(args.config, args.overrides)
@@ -576,7 +576,7 @@ def paired_section(comp: Comparison, baseline: str | None) -> tuple[str, list[di
 def requested_variants(args) -> dict[str, dict[str, Any]]:
     """{label: overrides} from --algorithms (or --all-algorithms), --variant and --variants-file, in that order,
     each named algorithm found (an outside one imported) before the base config is read; empty: none given."""
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     names = every_method() if args.all_algorithms else parse_list(args.algorithms, str, "--algorithms")
     refuse_duplicates("--algorithms", args.algorithms, names)
@@ -597,7 +597,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     """'LABEL=ALGORITHM KEY=VALUE ...' → (LABEL, {"algorithm.name": ALGORITHM, KEY: VALUE, ...})."""
     import shlex
 
-    from orchestrator.config import ConfigError, parse_override
+    from orchestrator.experiment.config import ConfigError, parse_override
 
     try:
         words = shlex.split(text)
@@ -616,7 +616,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
 
 def read_variants_file(path: str) -> dict[str, dict[str, Any]]:
     """A comparison file's `variants:` mapping, label → {dotted key: value} (algorithm.name among them)."""
-    from orchestrator.config import ConfigError, read_yaml
+    from orchestrator.experiment.config import ConfigError, read_yaml
 
     raw = read_yaml(path)
     variants = raw.get("variants")
@@ -631,7 +631,7 @@ def read_variants_file(path: str) -> dict[str, dict[str, Any]]:
 
 
 def find_algorithm(label: str, name: str, option: str) -> None:
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
     from tasks.algorithms import ALGORITHMS
     from tasks.registry import RegistryError
 

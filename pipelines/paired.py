@@ -30,7 +30,7 @@ class PairedRow:
 
 def paired_rows(comp: Comparison, baseline: str) -> list[PairedRow]:
     """Every variant but the baseline, on each metric both have for at least one common seed."""
-    from orchestrator.config import ClaimCheck
+    from orchestrator.experiment.config import ClaimCheck
 
     rows = []
     for variant in comp.histories:

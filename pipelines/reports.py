@@ -1,11 +1,11 @@
-"""The shareable reports of `mooring compare` and `mooring sweep` (report.html; orchestrator/report.py renders
+"""The shareable reports of `mooring compare` and `mooring sweep` (report.html; orchestrator/reporting/report.py renders
 them): what a comparison or a study found, with a link from each run to its MLflow run."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from orchestrator import report
+from orchestrator.reporting import report
 from pipelines.compare import ACCURACIES, LEGEND, Comparison, clock_cells, format_accuracy
 
 

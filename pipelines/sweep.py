@@ -28,10 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator import storage
-from orchestrator.preflight import check_variants
-from orchestrator.run_errors import RunError
-from orchestrator.signals import RunInterrupted, StopSignals
+from orchestrator.driver.preflight import check_variants
+from orchestrator.driver.run_errors import RunError
+from orchestrator.driver.signals import RunInterrupted, StopSignals
+from orchestrator.io import storage
 from pipelines.best_on_test import measure_best_on_test, recorded
 from pipelines.sweep_driver import Driver, SweepResult, format_params
 from pipelines.sweep_file import Sweep, best_config, redacted
@@ -52,7 +52,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
 
 
 def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> SweepResult:
-    from orchestrator.ray_start import ensure_ray
+    from orchestrator.ray_runtime.ray_start import ensure_ray
     from pipelines.compare import default_parallel
 
     check_variants(searched_variants(sweep))
@@ -98,8 +98,8 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
 
 def searched_variants(sweep: Sweep) -> dict[str, Any]:
     """The base experiment, and it under each choice of a searched method or engine: the configs whose refusals
-    (orchestrator/preflight.py) come before any trial runs."""
-    from orchestrator.config import with_overrides
+    (orchestrator/driver/preflight.py) come before any trial runs."""
+    from orchestrator.experiment.config import with_overrides
     from pipelines.sweep_config import CategoricalParam
 
     configs = {"the base experiment": sweep.base}

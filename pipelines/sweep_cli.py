@@ -31,7 +31,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
     from pipelines.sweep import best_recorded_on_test, load_best, print_result, run_sweep
     from pipelines.sweep_driver import format_params
     from pipelines.sweep_file import load_sweep

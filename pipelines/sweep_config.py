@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from orchestrator.config import ConfigError, Strict, format_validation_error, read_yaml
+from orchestrator.experiment.config import ConfigError, Strict, format_validation_error, read_yaml
 
 # ------------------------------------------------------------------------------------ distributions
 Choice = str | int | float | bool | None

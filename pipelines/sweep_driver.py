@@ -9,11 +9,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import (
+from orchestrator.driver.run_errors import RunError
+from orchestrator.driver.signals import RunInterrupted, StopSignals
+from orchestrator.experiment.config import (
     ConfigError,
 )
-from orchestrator.run_errors import RunError
-from orchestrator.signals import RunInterrupted, StopSignals
 from pipelines.sweep_file import Sweep, absolute_paths_of, redacted
 from pipelines.sweep_objective import shown
 from pipelines.sweep_optuna import best_trial, distributions, quiet_optuna

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import storage
-from orchestrator.config import (
+from orchestrator.experiment.config import (
     RUN_NAME,
     ConfigError,
     ExperimentConfig,
@@ -17,6 +16,7 @@ from orchestrator.config import (
     set_dotted,
     with_overrides,
 )
+from orchestrator.io import storage
 from pipelines.sweep_config import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_STORAGE,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.config import ConfigError, ExperimentConfig, with_overrides
-from orchestrator.evaluation import validation_key
+from orchestrator.experiment.config import ConfigError, ExperimentConfig, with_overrides
+from orchestrator.server.evaluation import validation_key
 from pipelines.sweep_config import TIME_TO_TARGET, Direction, ObjectiveConfig
 
 # data.validation_fraction of a sweep whose base experiment holds out none
@@ -57,8 +57,8 @@ def round_value(objective: ObjectiveConfig, history: list[dict[str, Any]], targe
                 split: str = "validation") -> float | None:
     """What the pruner sees after the last round of `history`. For time_to_target: the time the target was
     reached, or else the clock now, a lower bound of the time it will be reached."""
-    from orchestrator.participation import time_to_accuracy
-    from orchestrator.results import headline
+    from orchestrator.reporting.results import headline
+    from orchestrator.server.participation import time_to_accuracy
 
     if objective.metric != TIME_TO_TARGET:
         return headline(history[-1], metric_key(objective.metric, split))
@@ -86,8 +86,8 @@ def final_score(objective: ObjectiveConfig, history: list[dict[str, Any]], targe
 
 def time_to_target_score(history: list[dict[str, Any]], target: float | None, accuracy_key: str) -> Score:
     """Simulated seconds until `accuracy_key` first reached the target; pruned where it never did."""
-    from orchestrator.participation import time_to_accuracy
-    from orchestrator.results import last_logged
+    from orchestrator.reporting.results import last_logged
+    from orchestrator.server.participation import time_to_accuracy
 
     if target is None:
         return Score("failed", reason="time_to_target: the trial has no participation.target_accuracy")

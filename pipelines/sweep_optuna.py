@@ -5,7 +5,7 @@ import os
 import warnings
 from typing import Any
 
-from orchestrator.config import (
+from orchestrator.experiment.config import (
     ConfigError,
 )
 from pipelines.sweep_config import (
@@ -35,7 +35,7 @@ def open_storage(url: str):
         engine_kwargs = {"connect_args": {"timeout": 60}}  # trials in other processes write at the same time
     elif url.startswith("postgresql"):
         engine_kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
-    from orchestrator.schema_lock import schema_lock
+    from orchestrator.io.schema_lock import schema_lock
 
     try:
         with schema_lock(url, "optuna"):  # a new database's tables: one driver at a time

@@ -15,7 +15,7 @@ PARENT_RUN_ATTR = "mlflow_parent_run_id"
 
 
 def tracker_for(sweep: Sweep):
-    from orchestrator.tracking import Tracker
+    from orchestrator.reporting.tracking import Tracker
 
     cfg = absolute_paths_of(sweep.base)
     return Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)

@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import storage
-from orchestrator.config import (
+from orchestrator.experiment.config import (
     ExperimentConfig,
     with_overrides,
 )
+from orchestrator.io import storage
 from pipelines.sweep_file import Sweep, trial_name
 from pipelines.sweep_objective import final_score, round_value
 from pipelines.sweep_optuna import build_pruner, open_storage, quiet_optuna
@@ -78,7 +78,7 @@ def run_trial(job: TrialJob) -> TrialOutcome:
     """The Ray task of one trial: the run, reporting the objective's metric to Optuna after every round."""
     import optuna
 
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     quiet_optuna()
     t0 = time.perf_counter()
@@ -124,7 +124,7 @@ def one_line(e: BaseException) -> str:
 
 def trial_run_id(cfg: ExperimentConfig) -> str | None:
     """The MLflow run of a trial, from run.json in the trial's only run directory (there even if it raised)."""
-    from orchestrator.run_dir import RunLog
+    from orchestrator.io.run_dir import RunLog
 
     for name in storage.list_dir(cfg.checkpoint.dir):
         run_id = RunLog(storage.join(cfg.checkpoint.dir, name)).read_json("run.json").get("mlflow_run_id")

@@ -2,7 +2,7 @@
 
 A table file holds one paper's tables as the spec copies them, and how Mooring reproduces each cell:
 
-- `experiment`: the small-scale protocol (an ordinary experiment config, orchestrator/config.py);
+- `experiment`: the small-scale protocol (an ordinary experiment config, orchestrator/experiment/config.py);
 - `settings`: named overrides on it, one per distinct column condition (a Dirichlet α, a rotation, a model family);
   a key may hold `{algorithm}`, replaced by each row's method (`algorithm.{algorithm}.family: htfe`);
 - `rows`: the paper's methods, each with the registered method that runs it (a method not registered yet is
@@ -27,7 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from orchestrator.config import (
+from orchestrator.experiment.config import (
     ConfigError,
     Strict,
     build_config,

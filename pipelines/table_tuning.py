@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.config import ConfigError, ExperimentConfig, with_overrides
+from orchestrator.experiment.config import ConfigError, ExperimentConfig, with_overrides
 from pipelines.table_config import (
     SettingRun,
     TableFile,

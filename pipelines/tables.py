@@ -78,7 +78,7 @@ def plan_settings(spec: TableFile, plan: BudgetPlan, built: set[str], cli_overri
 def setting_run(spec: TableFile, plan: BudgetPlan, setting: str, row_ids: list[str], cli_overrides: list[str],
                 source: str) -> SettingRun:
     """One setting's base config and the given rows' overrides on it, each config validated."""
-    from orchestrator.config import (
+    from orchestrator.experiment.config import (
         ConfigError,
         apply_overrides,
         build_config,
@@ -126,7 +126,7 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
 
 def saved(setting_dir: Path) -> Comparison:
     """The histories a previous run of this setting saved, or one line saying there are none."""
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     if not (setting_dir / "histories.json").exists():
         raise ConfigError(f"--report-only: no saved results at {setting_dir / 'histories.json'}; run the table "
@@ -171,8 +171,8 @@ class Preflight:
         self.problems: dict[str, str] = {}
 
     def check(self, setting: str, cfg, seeds: list[int]) -> None:
-        from orchestrator.config import ConfigError
-        from orchestrator.run_dir import check_output_dirs
+        from orchestrator.experiment.config import ConfigError
+        from orchestrator.io.run_dir import check_output_dirs
         from tasks.data.datasets import DataFileError, DatasetNotFound
         from tasks.data.partition import PartitionError
 
@@ -216,7 +216,7 @@ class Preflight:
 
 def preflight(runs: list[SettingRun], seeds: list[int]) -> list[str]:
     """Every cell's run checked as far as it goes before training (Preflight); the problems, one line each."""
-    from orchestrator.config import with_overrides
+    from orchestrator.experiment.config import with_overrides
 
     checks = Preflight()
     for run in runs:
@@ -227,7 +227,7 @@ def preflight(runs: list[SettingRun], seeds: list[int]) -> list[str]:
 
 def start_method(cfg, data) -> None:
     """The method and its global state, built on the data's shape as a run's first step builds them."""
-    from orchestrator.methods import build_algorithm
+    from orchestrator.experiment.methods import build_algorithm
 
     build_algorithm(cfg, data.num_classes, tuple(data.x_train.shape[1:])).init_global()
 
@@ -280,7 +280,7 @@ def default_out(spec: TableFile, budget: str) -> str:
 
 def main(args) -> int:
     from orchestrator.commands.common import check_output_file
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
     from pipelines.compare import parse_list
 
     spec = load_table_file(args.config)
@@ -318,7 +318,7 @@ def main(args) -> int:
 
 def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     """--tune: one sweep per row that tunes, in the tuning setting; the choices written as each sweep ends."""
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
     from pipelines.table_tuning import rows_to_tune, tune
 
     if spec.tuning is None:
@@ -341,7 +341,7 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
 def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str]) -> int:
     """--check: every cell's config is valid (plan_settings raised otherwise), and every run starts: its data,
     partitions and method (preflight); the rows not built and the columns not expressible are listed."""
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     cells = sum(len(r.variants) for r in runs)
     print(f"{args.config}: valid; budget {plan.name}: {len(runs)} settings, {cells} setting × row configs")

@@ -19,7 +19,7 @@ def tensor_devices(obj) -> set[str]:
 def saved_devices(checkpoint: Path) -> set[str]:
     """Of the server snapshot and the client state files the checkpoint names. Loaded without map_location, a
     tensor saved from CUDA would come back on CUDA (or fail to load on a machine without one)."""
-    from orchestrator.checkpoint import client_state_files
+    from orchestrator.io.checkpoint import client_state_files
 
     paths = [Path(checkpoint) / "server.pt", *(path for path, _ in client_state_files(str(checkpoint)).values())]
     return set().union(*(tensor_devices(torch.load(path, weights_only=True)) for path in paths))

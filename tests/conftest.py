@@ -67,7 +67,7 @@ def nothing_written_into_the_working_tree(request):
 def ray_session():
     import ray
 
-    from orchestrator.ray_start import init_ray
+    from orchestrator.ray_runtime.ray_start import init_ray
 
     if not ray.is_initialized():
         init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -83,7 +83,7 @@ COMPARED = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name"
 def finished_comparison(ray_session, tmp_path_factory):
     """One small finished `compare` (COMPARED × seeds 0 and 1), shared by the tests that read what it leaves:
     (base config, Comparison, output directory)."""
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
     from pipelines.compare import compare
 
     tmp = tmp_path_factory.mktemp("comparison")

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.cli import main
-from orchestrator.config import flatten, load_config
+from orchestrator.experiment.config import flatten, load_config
 
 CASES = int(os.environ.get("MOORING_PROPERTY_CASES", "200"))
 DEFAULT = "configs/default.yaml"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
-from orchestrator.storage import torch_bytes, torch_load_safe
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.io.storage import torch_bytes, torch_load_safe
+from orchestrator.server.federation import Server, in_process_calls
 
 VARIANTS = {
     "scaffold": ["algorithm.name=scaffold"],  # client c_i, server c

@@ -15,10 +15,10 @@ from torch.nn.utils import parameters_to_vector
 from benchmarks.bare_loop import check_supported, load_flat, load_workload, train_rounds
 from benchmarks.tiny_clients import workload
 from benchmarks.vectorized_loop import train_rounds_vectorized
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import Server, in_process_calls
 
 
 @pytest.mark.parametrize("partition", [["data.partition.kind=iid"],

@@ -13,10 +13,10 @@ from benchmarks.bare_loop import load_flat, train_rounds
 from benchmarks.model_cost import CNN, LSTM, PLAIN, VECTORIZED, WORKLOADS, Row, report, workload_overrides
 from benchmarks.model_loops import load_model_workload
 from benchmarks.vectorized_loop import train_rounds_vectorized
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import Server, in_process_calls
 
 TINY = {"cnn": ["data.num_clients=12", "train.clients_per_round=4", "train.local_epochs=1", "model.hidden=16",
                 "model.feature_dim=8", "model.channels=4"],

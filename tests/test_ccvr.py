@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.config import CalibrationConfig, ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import CalibrationConfig, ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms.ccvr import calibrate, class_gaussians, gaussian_stats
 from tests.method_fixtures import tiny_method
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.config import load_config, with_overrides
+from orchestrator.experiment.config import load_config, with_overrides
 from pipelines.claims import base_experiment
 from tasks.data.datasets import load_dataset, stratified_split
 from tasks.data.partition import Partition, make_partition

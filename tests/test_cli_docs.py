@@ -11,8 +11,8 @@ import yaml
 
 from orchestrator.cli import build_parser
 from orchestrator.commands.config import resolved_yaml
-from orchestrator.config import load_config
 from orchestrator.docs_site import REFERENCE
+from orchestrator.experiment.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -1,4 +1,4 @@
-"""Client groups (train.group_steps, orchestrator/client_groups.py): fixed by the config and the round, so a run's
+"""Client groups (train.group_steps, orchestrator/clients/client_groups.py): fixed by the config and the round, so a run's
 history is bitwise the same on any number of client actors and in the coordinator, on both engines, with partial
 sums on (the default)."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.client_calls import CallKind, ClientCall, ClientResults
-from orchestrator.client_groups import ClientGroups, client_blocks
-from orchestrator.client_host import ClientHost
-from orchestrator.client_pool import plan_round
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, client_costs
-from orchestrator.run import run_experiment
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_groups import ClientGroups, client_blocks
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.driver.run import run_experiment
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.ray_runtime.client_pool import plan_round
+from orchestrator.server.federation import Server, client_costs
 from tests.test_engines import VECTORIZED, tiny
 
 # 6 clients, 5 a round, one epoch of batch 8: about 107 expected steps a round, three groups of at most 40
@@ -36,7 +36,7 @@ def test_blocks_are_consecutive_ids_of_about_group_steps_each_by_hand():
 
 def test_auto_groups_are_the_coordinators_round_size_of_the_engine(tmp_path):
     """group_steps: auto is SMALL_ROUND_STEPS of the engine: a round small enough for the coordinator is one group."""
-    from orchestrator.placement import SMALL_ROUND_STEPS
+    from orchestrator.ray_runtime.placement import SMALL_ROUND_STEPS
 
     cfg = tiny(tmp_path, "train.local_epochs=1")
     data = prepare_data(cfg)
@@ -55,7 +55,7 @@ def test_a_rounds_groups_and_the_hosts_of_blocks():
 
 def as_on_actors(cfg, data, num_actors: int):
     """What ActorPool does, in this process: the clients hosted as on `num_actors` actors (block by block), a
-    round's groups placed whole (orchestrator/client_pool.py); and the plans."""
+    round's groups placed whole (orchestrator/ray_runtime/client_pool.py); and the plans."""
     probe = ClientHost(cfg, data, [])
     groups = ClientGroups.of_run(cfg, data, probe.engine)
     sticky = probe.algorithm.capabilities().keeps_client_state

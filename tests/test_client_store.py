@@ -1,14 +1,14 @@
-"""The client-state store (orchestrator/client_store.py): a bounded resident set, versions on disk, and runs
+"""The client-state store (orchestrator/clients/client_store.py): a bounded resident set, versions on disk, and runs
 whose history does not depend on how many states stay in memory."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from orchestrator.client_store import ClientStateStore
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms import ALGORITHMS
 
 STATEFUL = [name for name in ALGORITHMS.names() if ALGORITHMS.get(name).capabilities().keeps_client_state]
@@ -92,7 +92,7 @@ def files(directory) -> list[str]:
 
 
 def digest(path) -> dict:
-    from orchestrator.storage import digest
+    from orchestrator.io.storage import digest
 
     return digest(path.read_bytes())
 
@@ -125,6 +125,6 @@ def test_a_method_without_client_state_writes_none(tmp_path):
 
 
 def sample(cfg, round_idx: int) -> list[int]:
-    from orchestrator.federation import sample_clients
+    from orchestrator.server.federation import sample_clients
 
     return sample_clients(cfg.seed, round_idx, cfg.data.num_clients, cfg.clients_per_round)

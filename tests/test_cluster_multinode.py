@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.cluster import JobsAPI
-from orchestrator.run_errors import RunError
+from orchestrator.driver.run_errors import RunError
+from orchestrator.ray_runtime.cluster import JobsAPI
 from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, wait_until
 from tests.conftest import postgres_reachable
 from tests.outside_lab import MY_PROX, forget_lab, write_lab
@@ -149,9 +149,9 @@ def test_submitted_run_succeeds_and_its_results_are_on_the_tracking_server(submi
 def test_the_outside_method_ran_on_the_cluster_as_in_one_process(submitted_run, monkeypatch):
     """The user's method, model and dataset, imported by the job's driver and client actors from the uploaded
     project, give the history the same run has in one process."""
-    from orchestrator.config import load_config
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import run_in_process
+    from orchestrator.experiment.config import load_config
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
 
     result, lab, sets = submitted_run
     assert result.returncode == 0, result.stderr[-3000:]

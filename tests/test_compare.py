@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from orchestrator import checkpoint as ckpt
-from orchestrator.config import ClaimCheck, load_config
-from orchestrator.signals import RunInterrupted
+from orchestrator.driver.signals import RunInterrupted
+from orchestrator.experiment.config import ClaimCheck, load_config
+from orchestrator.io import checkpoint as ckpt
 from pipelines.claims import paired_verdict
 from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
 from tests.conftest import COMPARED

@@ -1,5 +1,5 @@
 """Several Mooring processes opening the same new MLflow store or Optuna storage at the same moment: every
-one of them works, and the store is intact afterwards (orchestrator/schema_lock.py).
+one of them works, and the store is intact afterwards (orchestrator/io/schema_lock.py).
 
 Each repetition uses a new database (a new SQLite file; on PostgreSQL a database created for it and dropped
 after), so the first-use race happens every time. The processes are forked from one helper interpreter that
@@ -26,7 +26,7 @@ import json, multiprocessing as mp, os, sys, traceback
 kind, urls = sys.argv[1], sys.argv[2:]
 from mlflow.tracking import MlflowClient
 import optuna
-from orchestrator.tracking import Tracker
+from orchestrator.reporting.tracking import Tracker
 from pipelines.sweep_optuna import open_storage
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config import ConfigError, build_config, load_config, read_yaml, with_overrides
+from orchestrator.experiment.config import ConfigError, build_config, load_config, read_yaml, with_overrides
 
 DEFAULT = "configs/default.yaml"
 

@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
 
 
 def test_data_show_prints_every_client_and_saves_the_heatmap(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.evaluation import accuracies_on_test_sets
-from orchestrator.federation import Server
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.evaluation import accuracies_on_test_sets
+from orchestrator.server.federation import Server
 from tasks.algorithms.base import ClientData, ClientUpdate, to_device
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from orchestrator.config import ConfigError, load_config
-from orchestrator.methods import build_algorithm
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.methods import build_algorithm
 from pipelines.claims import apply_budget
 from pipelines.compare import aggregate_metric
 from tasks.algorithms.base import ClientUpdate, state_of

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.client_calls import CallKind, ClientCall
-from orchestrator.client_host import ClientHost
-from orchestrator.client_pool import plan_round
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, client_costs, in_process_calls
+from orchestrator.clients.client_calls import CallKind, ClientCall
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.ray_runtime.client_pool import plan_round
+from orchestrator.server.federation import Server, client_costs, in_process_calls
 from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
@@ -96,7 +96,7 @@ def test_a_client_that_raises_stops_its_call_and_its_actor_goes_on(ray_session, 
     and the actor answers the next one."""
     import ray
 
-    from orchestrator.actors import ClientActor
+    from orchestrator.ray_runtime.actors import ClientActor
 
     cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
     data = prepare_data(cfg)
@@ -119,7 +119,7 @@ def test_where_clients_train_follows_the_size_of_a_round(tmp_path):
     """resources.clients_on = auto: in the coordinator up to SMALL_ROUND_STEPS optimizer steps a round (per engine:
     a vectorized step trains many clients), on client actors above it or when a GPU is asked for; an explicit
     choice stands."""
-    from orchestrator.placement import SMALL_ROUND_STEPS, clients_in_coordinator
+    from orchestrator.ray_runtime.placement import SMALL_ROUND_STEPS, clients_in_coordinator
 
     def placed(*overrides: str) -> tuple[bool, float]:
         cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path}", *overrides])

@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator.cli import build_parser
-from orchestrator.config import ExperimentConfig
 from orchestrator.docs_site import nested_model, on_page_markdown, site_nav
+from orchestrator.experiment.config import ExperimentConfig
 from tests.test_ui_browser import browser  # noqa: F401  (the UI test's headless Chromium, a new profile)
 
 ROOT = Path(__file__).resolve().parents[1]

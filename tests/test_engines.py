@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from orchestrator.client_calls import CallKind, ClientCall, ClientResults
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.engine_check import ADAM_ATOL, RTOL, SGD_ATOL
-from orchestrator.federation import Server, run_in_process
-from orchestrator.methods import build_algorithm
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.experiment.engine_check import ADAM_ATOL, RTOL, SGD_ATOL
+from orchestrator.experiment.methods import build_algorithm
+from orchestrator.server.federation import Server, run_in_process
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.base import batch_mean, cross_entropy
 from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
@@ -102,7 +102,7 @@ def test_vectorized_local_steps_equal_sequential(tmp_path):
 
 
 def test_a_clients_result_depends_on_who_trains_with_it_only_in_the_last_bits(tmp_path):
-    """Why a round's clients train in groups fixed by the config, not by the actors (orchestrator/client_groups.py):
+    """Why a round's clients train in groups fixed by the config, not by the actors (orchestrator/clients/client_groups.py):
     the same clients in the same batch repeat bitwise; in another batch of clients, only within tolerance."""
     cfg = tiny(tmp_path, "algorithm.name=fedprox", "train.engine=vectorized")
     data = prepare_data(cfg)
@@ -205,7 +205,7 @@ def test_stacked_optimizer_matches_torch_and_masks_inactive_clients(optimizer):
 
 
 def test_a_client_the_host_cannot_train_stops_its_vectorized_call_not_left_out(tmp_path):
-    """A host fails no client alone (issue #36): only a lost actor leaves its clients out (orchestrator/client_pool.py)."""
+    """A host fails no client alone (issue #36): only a lost actor leaves its clients out (orchestrator/ray_runtime/client_pool.py)."""
     cfg = tiny(tmp_path, "algorithm.name=local", "train.engine=vectorized")
     data = prepare_data(cfg)
     host = ClientHost(cfg, data, [0, 2])
@@ -256,7 +256,7 @@ def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(
     copies), in one float32 product per tensor, and folds clients that all take one SGD step without training them
     apart (engines.fold_one_step; momentum and weight decay on); either equals `sum_updates`' float64 sum of the same
     round's per-client updates to float32 rounding, and each client's loss its own."""
-    from orchestrator.partial_sums import sum_updates
+    from orchestrator.clients.partial_sums import sum_updates
 
     cfg = tiny(tmp_path, f"algorithm.name={name}", "train.engine=vectorized", "resources.partial_sums=true", *steps)
     data = prepare_data(cfg)

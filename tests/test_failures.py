@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import checkpoint as ckpt
-from orchestrator.config import load_config
-from orchestrator.run import run_experiment
-from orchestrator.run_errors import RunError
+from orchestrator.driver.run import run_experiment
+from orchestrator.driver.run_errors import RunError
+from orchestrator.experiment.config import load_config
+from orchestrator.io import checkpoint as ckpt
 
 FAULTY = "tests.faulty_methods"
 
@@ -126,11 +126,11 @@ def test_a_method_s_bug_in_client_code_stops_the_call_naming_hook_client_and_rou
     """A client host (as a client actor runs it, its states written to disk) raises the method's error rather
     than leaving the client out as if its actor were lost; a state that could not be read back is refused before
     it is written."""
-    from orchestrator.client_calls import CallKind, ClientCall
-    from orchestrator.client_host import ClientHost
-    from orchestrator.client_store import ClientStateStore
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import Server
+    from orchestrator.clients.client_calls import CallKind, ClientCall
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.clients.client_store import ClientStateStore
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import Server
     from tasks.algorithms.faults import MethodError
 
     block, hook, error = CLIENT_BUGS[method]
@@ -157,8 +157,8 @@ def test_a_method_s_bug_in_client_code_stops_the_call_naming_hook_client_and_rou
 
 
 def test_a_method_s_bug_on_the_server_names_the_hook_file_line_and_last_frames(workdir, tmp_path):
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import run_in_process
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
     from tasks.algorithms.faults import MethodError
 
     flag = tmp_path / "fault"
@@ -178,11 +178,11 @@ def test_a_full_disk_while_a_client_s_state_is_written_is_an_io_error_not_a_fail
     actor makes it) raises the OSError naming the file, which the run reports as a full disk."""
     import errno
 
-    from orchestrator.client_calls import CallKind, ClientCall
-    from orchestrator.client_host import ClientHost
-    from orchestrator.client_store import ClientStateStore
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import Server
+    from orchestrator.clients.client_calls import CallKind, ClientCall
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.clients.client_store import ClientStateStore
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import Server
     from tests.test_hardening import tmpfs
 
     cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "algorithm.name=moon",
@@ -249,7 +249,7 @@ def test_a_run_with_clients_lost_says_how_many_in_result_json_and_its_summary(ca
     """Clients left out because their actor was lost twice (the only failure a round goes on after) are counted
     over the run's rounds, in result.json and the summary `mooring run` prints."""
     from orchestrator.commands.run import print_summary
-    from orchestrator.results import summarize
+    from orchestrator.reporting.results import summarize
 
     cfg = load_config("configs/default.yaml")
     history = [{"round": 1, "clients_failed": 0, "accuracy": 0.5}, {"round": 2, "clients_failed": 2, "accuracy": 0.6},

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from orchestrator.client_calls import CallKind, ClientCall, ClientResults
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import Server, in_process_calls
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import make_optimizer, state_of, step
 from tasks.algorithms.feddebias import (

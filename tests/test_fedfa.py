@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms.anchors import (
     classifier_update_cosine,
     feature_anchor_distance,

@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config, with_overrides
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls, run_in_process
-from orchestrator.storage import torch_bytes, torch_load_safe
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import load_config, with_overrides
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.io.storage import torch_bytes, torch_load_safe
+from orchestrator.server.federation import Server, in_process_calls, run_in_process
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.fednh import PROTOTYPES, SCALE, FedNHParams
 from tasks.algorithms.personal import weighted_correct

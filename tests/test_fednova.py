@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.config import ConfigError, load_config
+from orchestrator.experiment.config import ConfigError, load_config
 from tasks.algorithms.base import ClientUpdate, TrainSettings
 from tests.method_fixtures import client, context, tiny_method
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from orchestrator.config import load_config, with_overrides
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import load_config, with_overrides
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms import ALGORITHMS, ClientData, ClientUpdate, RoundContext, Setup, TrainSettings
 from tasks.algorithms.fedproto import FedProtoParams, fedproto_loss
 from tasks.algorithms.fedsa import (

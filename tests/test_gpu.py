@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.config import load_config
-from orchestrator.run import run_experiment
-from orchestrator.run_dir import read_run_config
+from orchestrator.driver.run import run_experiment
+from orchestrator.experiment.config import load_config
+from orchestrator.io.run_dir import read_run_config
 from tasks.algorithms import ALGORITHMS
 from tests.checkpoint_devices import saved_devices
 

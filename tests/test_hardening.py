@@ -19,11 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator import checkpoint as ckpt
-from orchestrator.config import ConfigError, load_config
-from orchestrator.run import run_experiment
-from orchestrator.run_dir import check_output_dirs
-from orchestrator.run_errors import RunError
+from orchestrator.driver.run import run_experiment
+from orchestrator.driver.run_errors import RunError
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.io import checkpoint as ckpt
+from orchestrator.io.run_dir import check_output_dirs
 
 FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
         "resources.resident_clients=1"]
@@ -112,8 +112,8 @@ def test_damaged_saved_histories_are_one_line_for_claims_report_only(tmp_path, c
 
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_a_non_finite_loss_stops_the_round_naming_round_and_client(workdir):
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import NonFiniteLoss, run_in_process
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import NonFiniteLoss, run_in_process
 
     cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=3", "train.optimizer.lr=1e30",
                                                          "train.rounds=2"])
@@ -418,7 +418,7 @@ def copy_of(run: Path, tmp_path: Path) -> Path:
 def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_run, tmp_path):
     import yaml
 
-    from orchestrator.run_dir import read_run_config
+    from orchestrator.io.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -439,8 +439,8 @@ def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_ru
 
 @pytest.mark.ray
 def test_a_resume_may_extend_the_run_and_change_where_it_runs_not_shrink_it(finished_run, tmp_path):
-    from orchestrator import resume_config
-    from orchestrator.run_dir import read_run_config
+    from orchestrator.driver import resume_config
+    from orchestrator.io.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -459,7 +459,7 @@ def test_a_resume_may_extend_the_run_and_change_where_it_runs_not_shrink_it(fini
 
 HOLD_THE_LOCK = """
 import sys
-from orchestrator.run_lock import holding
+from orchestrator.io.run_lock import holding
 with holding(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
@@ -471,7 +471,7 @@ def test_a_second_run_in_a_run_directory_is_refused_naming_the_first(finished_ru
     import socket
 
     from orchestrator.cli import report_known_error
-    from orchestrator.run_lock import holding
+    from orchestrator.io.run_lock import holding
 
     cfg, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -522,8 +522,8 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_naming_the_file_and_the_resume(
     import ray
     import torch
 
-    from orchestrator import storage
-    from orchestrator.run_errors import disk_full
+    from orchestrator.driver.run_errors import disk_full
+    from orchestrator.io import storage
 
     _, original, _ = finished_run
     snapshot = ckpt.load_server_snapshot(str(original / "checkpoints" / "round-000004"))

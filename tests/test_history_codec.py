@@ -1,4 +1,4 @@
-"""A checkpoint's history as JSON lines (orchestrator/history_codec.py): each round encoded once, read back as it
+"""A checkpoint's history as JSON lines (orchestrator/io/history_codec.py): each round encoded once, read back as it
 was; a history JSON would change is kept as a list; text that is not JSON lines is refused."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from orchestrator import storage
-from orchestrator.history_codec import HistoryText, decoded, exact_in_json
+from orchestrator.io import storage
+from orchestrator.io.history_codec import HistoryText, decoded, exact_in_json
 
 
 def test_a_growing_history_is_encoded_a_round_at_a_time_and_read_back_as_it_was():

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from orchestrator.config import ConfigError, load_config
-from orchestrator.methods import build_algorithm
-from orchestrator.results import run_params
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.methods import build_algorithm
+from orchestrator.reporting.results import run_params
 from tasks.models import build_model
 
 FAN_IN, HIDDEN, FEATURES = 256, 512, 256  # the MLP's first Linear is 256 → 512, its head 256 → 10

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms import ALGORITHMS, ClientData, RoundContext, Setup, TrainSettings
 from tasks.algorithms.base import NoParams, state_of
 from tasks.algorithms.moon import Moon, MoonParams, moon_loss, previous_local_model

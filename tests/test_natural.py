@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.experiment.config import load_config
 from tasks.data.natural import Select, client_owners, federation_test_rows, split_natural
 from tasks.data.partition import PartitionError, make_partition
 

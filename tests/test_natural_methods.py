@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from orchestrator.config import load_config, with_overrides
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
-from orchestrator.methods import build_algorithm
+from orchestrator.experiment.config import load_config, with_overrides
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.experiment.methods import build_algorithm
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.engines import refusal
 from tests.natural_data import femnist_users, write_leaf, write_play

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.experiment.config import load_config
 from tasks.data.datasets import load_dataset
 from tasks.data.paper_splits import dominant_classes, missing_classes
 from tasks.data.partition import make_partition

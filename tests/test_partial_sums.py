@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.client_host import ClientHost
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
-from orchestrator.partial_sums import fold_partial_sums, sum_updates
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.partial_sums import fold_partial_sums, sum_updates
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import Server, in_process_calls
 from tasks.algorithms import ClientUpdate
 
 FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=0",

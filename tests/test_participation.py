@@ -1,4 +1,4 @@
-"""Clients as they are (orchestrator/participation.py): availability, speeds, deadlines with over-selection,
+"""Clients as they are (orchestrator/server/participation.py): availability, speeds, deadlines with over-selection,
 dropouts on a simulated clock; in process (the Ray runs are in tests/test_runtime.py)."""
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from orchestrator.client_calls import CallKind, ClientCall, ClientResults
-from orchestrator.client_host import ClientHost
-from orchestrator.client_store import FRESH
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls, run_in_process, sample_clients
-from orchestrator.participation import (
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.client_store import FRESH
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.reporting.results import summary_metrics
+from orchestrator.server.federation import Server, in_process_calls, run_in_process, sample_clients
+from orchestrator.server.participation import (
     Availability,
     ClientSystems,
     plan_round,
@@ -24,7 +25,6 @@ from orchestrator.participation import (
     spread,
     time_to_accuracy,
 )
-from orchestrator.results import summary_metrics
 from pipelines.compare import Comparison, format_table, summary_table
 
 TINY = ["data.num_clients=8", "train.rounds=3", "train.local_epochs=1", "train.clients_per_round=3"]
@@ -238,7 +238,7 @@ def test_compares_table_has_the_clock_and_the_time_to_target():
 
 
 def test_sampling_from_everyone_matches_the_default_draw():
-    from orchestrator.participation import select_clients
+    from orchestrator.server.participation import select_clients
 
     assert select_clients(5, 3, list(range(20)), 4) == sample_clients(5, 3, 20, 4)
     assert select_clients(5, 3, [2, 4, 9], 2) == [[2, 4, 9][i] for i in sample_clients(5, 3, 3, 2)]
@@ -303,7 +303,7 @@ def test_two_staleness_weighted_folds_by_hand(workdir):
     """θ0 = (1, 2). Version 0 folds A (n=1, θ=(3, 2)) and B (n=3, θ=(1, 6)), both sent θ0: θ1 = θ0 + (1·(2, 0) +
     3·(0, 4))/4 = (1.5, 5). Version 1 folds C (n=2, θ=(5, 2), sent θ0: staleness 1, weight 2^-½) and D (n=2,
     θ=(1.5, 7), sent θ1: weight 1): θ2 = θ1 + (2^-½·2·(4, 0) + 2·(0, 2))/4 = (1.5 + √2, 6)."""
-    from orchestrator.buffered import Arrival, BufferedAggregation
+    from orchestrator.server.buffered import Arrival, BufferedAggregation
     from tasks.algorithms.base import ClientUpdate
 
     cfg = load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered",
@@ -333,7 +333,7 @@ def test_two_staleness_weighted_folds_by_hand(workdir):
 
 
 def test_a_fold_of_fresh_updates_is_fedavgs_weighted_mean():
-    from orchestrator.buffered import fold_buffer
+    from orchestrator.server.buffered import fold_buffer
     from tasks.algorithms.base import ClientUpdate, weighted_average
 
     gen = torch.Generator().manual_seed(0)
@@ -344,7 +344,7 @@ def test_a_fold_of_fresh_updates_is_fedavgs_weighted_mean():
 
 
 def test_events_come_in_time_order_ties_by_client_id():
-    from orchestrator.buffered import Arrival, EventQueue, Outcome
+    from orchestrator.server.buffered import Arrival, EventQueue, Outcome
 
     queue = EventQueue([Arrival(2.0, 5, 0), Arrival(1.0, 7, 1), Arrival(2.0, 3, 1)])
     queue.push(Arrival(1.0, 2, 0, Outcome.DROPS))
@@ -355,7 +355,7 @@ def test_events_come_in_time_order_ties_by_client_id():
 
 def test_clients_that_finish_together_arrive_in_client_id_order(workdir):
     """Equal speeds and steps: every client sent at once finishes at the same simulated time."""
-    from orchestrator.buffered import BufferedAggregation
+    from orchestrator.server.buffered import BufferedAggregation
 
     cfg = load_config("configs/default.yaml", TINY + workdir + ["participation.mode=buffered", "train.local_steps=2",
                                                                 "participation.buffer.size=3",

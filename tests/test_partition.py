@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from orchestrator.config import load_config
-from orchestrator.datasets import load_or_make_partition, prepare_data
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import load_or_make_partition, prepare_data
 from tasks.data.datasets import load_digits_dataset
 from tasks.data.partition import (
     Partition,

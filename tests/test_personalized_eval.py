@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.client_host import ClientHost
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import Server, in_process_calls
-from orchestrator.results import run_params, summarize
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.reporting.results import run_params, summarize
+from orchestrator.server.federation import Server, in_process_calls
 
 SAMPLED = ["data.num_clients=6", "train.rounds=1", "train.local_epochs=1", "eval.personalized_clients=3"]
 

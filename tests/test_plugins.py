@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from orchestrator.config import ConfigError, load_config
+from orchestrator.experiment.config import ConfigError, load_config
 from tests.outside_lab import DESIGN, METHOD, MY_PROX, forget_lab, lab_config, write_lab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,9 +185,9 @@ def test_an_installed_package_s_entry_points_name_its_method_and_may_not_take_a_
 
 def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_dropped(lab):
     """On both engines (on Ray, the run stops with this line)."""
-    from orchestrator.client_cache import UndeclaredClientState
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import run_in_process
+    from orchestrator.clients.client_cache import UndeclaredClientState
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
 
     (lab / "my_lab" / "forgetful.py").write_text(textwrap.dedent("""
         from my_lab.method import MyProx
@@ -314,7 +314,7 @@ def splits(lab):
 
 def test_a_partition_kind_of_one_s_own_splits_stores_and_shows_like_a_built_in(splits, capsys):
     from orchestrator import cli
-    from orchestrator.datasets import partition_key, prepare_data
+    from orchestrator.experiment.datasets import partition_key, prepare_data
 
     with working_directory(splits):
         cfg = load_config("lab.yaml", [f"data.partition.kind={PARITY}"])
@@ -390,7 +390,7 @@ def test_a_round_failing_inside_a_call_of_several_keeps_the_rounds_before_it_and
     config["train"]["rounds"], config["checkpoint"]["every"] = 8, 6
     config["resources"] = {"rounds_per_call": 3, "clients_on": "coordinator"}
     (lab / "failing.yaml").write_text(yaml.safe_dump(config))
-    from orchestrator.checkpoint import checkpoint_rounds
+    from orchestrator.io.checkpoint import checkpoint_rounds
     mooring = Path(sys.executable).parent / "mooring"
     result = subprocess.run([str(mooring), "run", "failing.yaml", "--quiet"], cwd=lab, capture_output=True, text=True,
                             timeout=600, env={**os.environ, "RAY_AUTH_MODE": "disabled"})

@@ -11,10 +11,10 @@ import torch
 from autodp.mechanism_zoo import GaussianMechanism
 from autodp.transformer_zoo import AmplificationBySampling, Composition
 
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
-from orchestrator.results import summary_metrics
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.reporting.results import summary_metrics
+from orchestrator.server.federation import run_in_process
 from pipelines.compare import format_table
 from pipelines.sweep_config import ObjectiveConfig
 from pipelines.sweep_trial import OverBudget, check_budget
@@ -241,7 +241,7 @@ def test_a_runs_epsilon_reaches_mlflow_every_round_and_result_json(ray_session, 
 
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.run import run_experiment
+    from orchestrator.driver.run import run_experiment
 
     cfg = load_config("configs/default.yaml", [*TINY, *workdir, "tracking.enabled=true", "resources.num_actors=1", "privacy.models.clip=1.0",
                                                "privacy.models.noise_multiplier=2.0"])

@@ -12,7 +12,7 @@ import pytest
 
 import mooring
 from mooring.results import history_frame
-from orchestrator.config import ConfigError, load_config
+from orchestrator.experiment.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "default.yaml")

@@ -1,4 +1,4 @@
-"""orchestrator/ray_internals.py: what each piece does to a real local instance (the session's, started by
+"""orchestrator/ray_runtime/ray_internals.py: what each piece does to a real local instance (the session's, started by
 init_ray as `mooring run` starts one), and what happens on a Ray that lacks a name a piece needs."""
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import types
 import psutil
 import pytest
 
-from orchestrator import ray_internals
-from orchestrator.ray_internals import Swap, lean_start, lean_swaps, loopback_only, swap_problem, swapped
+from orchestrator.ray_runtime import ray_internals
+from orchestrator.ray_runtime.ray_internals import (
+    Swap,
+    lean_start,
+    lean_swaps,
+    loopback_only,
+    swap_problem,
+    swapped,
+)
 
 
 def ray_processes() -> list[psutil.Process]:
@@ -64,7 +71,7 @@ def test_a_missing_name_logs_one_line_once_and_nothing_is_patched(caplog):
     node = ray._private.node.Node
     originals = (node.__dict__["start_api_server"], node.__dict__["start_monitor"])
     ray_without_it = types.ModuleType("ray_without_it")  # no get_dashboard_dependency_error
-    caplog.set_level(logging.WARNING, logger="orchestrator.ray_internals")
+    caplog.set_level(logging.WARNING, logger="orchestrator.ray_runtime.ray_internals")
     for _ in range(2):
         with lean_start(node, ray_without_it) as applied:
             assert applied is False
@@ -77,7 +84,7 @@ def test_a_missing_name_logs_one_line_once_and_nothing_is_patched(caplog):
 def test_loopback_and_token_auth_without_their_names_change_nothing(caplog):
     constants = types.SimpleNamespace(ENABLE_RAY_CLUSTER=True)  # no ENABLE_RAY_CLUSTERS_ENV_VAR
     environment = dict(os.environ)
-    caplog.set_level(logging.WARNING, logger="orchestrator.ray_internals")
+    caplog.set_level(logging.WARNING, logger="orchestrator.ray_runtime.ray_internals")
     with loopback_only(constants) as applied:
         assert applied is False and constants.ENABLE_RAY_CLUSTER is True and dict(os.environ) == environment
     assert ray_internals.enable_token_auth(types.ModuleType("no_token_setup")) is False

@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import re
 
-from orchestrator import report
+from orchestrator.reporting import report
 
 
 def test_a_report_escapes_text_embeds_its_figure_and_links_each_run(tmp_path):

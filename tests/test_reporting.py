@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from orchestrator.plots import COLOURS, method_styles, plot_comparison, seed_curves, sync_rounds
-from orchestrator.progress import Progress, clock
-from orchestrator.results import headline, summary_metrics
-from orchestrator.round_loop import backfill_tracking
-from orchestrator.run_dir import RunLog
-from orchestrator.tracking import Tracker
+from orchestrator.driver.round_loop import backfill_tracking
+from orchestrator.io.run_dir import RunLog
+from orchestrator.reporting.plots import COLOURS, method_styles, plot_comparison, seed_curves, sync_rounds
+from orchestrator.reporting.progress import Progress, clock
+from orchestrator.reporting.results import headline, summary_metrics
+from orchestrator.reporting.tracking import Tracker
 from pipelines.compare import Comparison, format_table, parent_metrics, summary_table
 
 
@@ -163,8 +163,8 @@ def test_a_resumed_run_backfills_the_rounds_its_mlflow_history_lacks(tmp_path):
 
 
 def test_the_title_says_what_is_compared():
-    from orchestrator.config import load_config
-    from orchestrator.plots import experiment_title
+    from orchestrator.experiment.config import load_config
+    from orchestrator.reporting.plots import experiment_title
 
     cfg = load_config("configs/default.yaml", ["data.partition.kind=dirichlet", "data.partition.alpha=0.3",
                                                "data.num_clients=7"])

@@ -11,10 +11,10 @@ import psutil
 import pytest
 import torch
 
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
-from orchestrator.run import run_experiment
+from orchestrator.driver.run import run_experiment
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tests.checkpoint_devices import saved_devices
 
 pytestmark = pytest.mark.ray
@@ -59,8 +59,8 @@ def test_same_history_whatever_the_number_of_actors_and_in_process(ray_session, 
 def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
     """Local, 2 of 6 clients a round, one state in memory per actor: each checkpoint names only the state files
     of the clients trained since the previous one, and the resumed run reads them back."""
-    from orchestrator import checkpoint as ckpt
-    from orchestrator.federation import sample_clients
+    from orchestrator.io import checkpoint as ckpt
+    from orchestrator.server.federation import sample_clients
 
     cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=local", "resources.num_actors=2",
                                                                  "resources.resident_clients=1", "resources.clients_on=coordinator",
@@ -144,7 +144,7 @@ def test_a_killed_client_actor_is_restarted_and_its_clients_retried(ray_session,
     round-1 states back from the run directory (not the checkpoint's), so the history is the uninterrupted one."""
     import ray
 
-    from orchestrator.actors import CoordinatorActor
+    from orchestrator.ray_runtime.actors import CoordinatorActor
 
     cfg = load_config("configs/default.yaml", workdir + ["data.num_clients=4", "train.local_epochs=100", "train.engine=sequential",
                                                          "resources.num_actors=2", "train.rounds=3", "algorithm.name=local",
@@ -216,8 +216,8 @@ def test_run_cli_output_json(tmp_path):
 def test_a_dead_coordinator_leaves_a_checkpoint_to_resume_from(ray_session, workdir):
     import ray
 
-    from orchestrator.placement import coordinator_name
-    from orchestrator.run_errors import RunError
+    from orchestrator.driver.run_errors import RunError
+    from orchestrator.ray_runtime.placement import coordinator_name
 
     # MOON's clients keep their previous model; one state in memory per actor, the rest read back from disk
     cfg = load_config("configs/default.yaml", FAST + workdir + ["resources.num_actors=2", "algorithm.name=moon",

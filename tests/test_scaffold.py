@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from orchestrator.config import ConfigError, load_config
+from orchestrator.experiment.config import ConfigError, load_config
 from tasks.algorithms.base import ClientUpdate, TrainSettings
 from tests.method_fixtures import X, Y, client, context, one_step, tiny_method
 
@@ -75,7 +75,7 @@ def test_under_momentum_option_two_divides_by_the_momentum_weighted_step_count()
 def test_adam_is_refused_in_one_line_and_momentum_is_announced(tmp_path):
     with pytest.raises(ConfigError, match="scaffold's update assumes plain SGD .* use train.optimizer.name=sgd"):
         load_config("configs/default.yaml", ["algorithm.name=scaffold", "train.optimizer.name=adam"])
-    from orchestrator.method_settings import nonfinite_loss_advice, optimizer_note
+    from orchestrator.experiment.method_settings import nonfinite_loss_advice, optimizer_note
 
     cfg = load_config("configs/default.yaml", ["algorithm.name=scaffold"])
     assert optimizer_note(cfg).startswith("scaffold under SGD momentum 0.9: option II divides")
@@ -85,8 +85,8 @@ def test_adam_is_refused_in_one_line_and_momentum_is_announced(tmp_path):
 
 
 def test_a_non_finite_loss_under_momentum_names_the_optimizer(tmp_path):
-    from orchestrator.datasets import prepare_data
-    from orchestrator.federation import NonFiniteLoss, run_in_process
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import NonFiniteLoss, run_in_process
 
     cfg = load_config("configs/default.yaml", ["algorithm.name=scaffold", "data.num_clients=3", "train.rounds=2",
                                                "train.optimizer.lr=1e30", f"data.partitions_dir={tmp_path}"])

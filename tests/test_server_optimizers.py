@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.algorithms.base import ClientUpdate
 from tasks.algorithms.server_optimizers import ServerOptimizer
 from tests.method_fixtures import tiny_method

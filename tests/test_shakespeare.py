@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from orchestrator.commands.data import partition_summary
-from orchestrator.config import load_config
-from orchestrator.datasets import prepare_data
+from orchestrator.experiment.config import load_config
+from orchestrator.experiment.datasets import prepare_data
 from tasks.data.datasets import DataFileError, DatasetNotFound
 from tasks.data.shakespeare import load_shakespeare, speeches
 from tasks.data.text import LETTERS, encode, windows

@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.config import load_config
-from orchestrator.phases import Phases, profile_table
-from orchestrator.run import run_experiment
+from orchestrator.driver.run import run_experiment
+from orchestrator.experiment.config import load_config
+from orchestrator.reporting.phases import Phases, profile_table
 
 pytestmark = pytest.mark.ray
 FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
@@ -89,24 +89,24 @@ def test_mooring_run_starts_ray_before_importing_torch():
     """`mooring run` starts Ray while a thread validates the config and prepares the data (importing torch, seconds
     of CPU): the modules its main thread imports first import neither torch nor MLflow, and a server without
     privacy noise imports no privacy accountant (autodp, SciPy)."""
-    code = ("import sys, orchestrator.cli, orchestrator.commands.run, orchestrator.run; "
+    code = ("import sys, orchestrator.cli, orchestrator.commands.run, orchestrator.driver.run; "
             "heavy = [m for m in ('torch', 'mlflow', 'tasks.algorithms') if m in sys.modules]; "
-            "import orchestrator.federation; "
+            "import orchestrator.server.federation; "
             "print(heavy + [m for m in ('autodp', 'scipy') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
 
 
 def test_the_warm_up_trains_and_leaves_the_random_states_as_they_were(tmp_path):
-    """The warm-up (orchestrator/warm_up.py) draws from torch's global generator (its throwaway host's model) and
+    """The warm-up (orchestrator/clients/warm_up.py) draws from torch's global generator (its throwaway host's model) and
     trains; torch's, NumPy's and Python's global states are as before it."""
     import random
 
     import numpy as np
     import torch
 
-    from orchestrator.datasets import prepare_data
-    from orchestrator.warm_up import warm_up
+    from orchestrator.clients.warm_up import warm_up
+    from orchestrator.experiment.datasets import prepare_data
 
     cfg = load_config("configs/default.yaml", ["data.num_clients=4", f"data.partitions_dir={tmp_path}"])
     data = prepare_data(cfg)

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from orchestrator import cluster
 from orchestrator.cli import build_parser, main
-from orchestrator.run_errors import RunError
+from orchestrator.driver.run_errors import RunError
+from orchestrator.ray_runtime import cluster
 from tests.cluster_fixture import ROOT, free_port
 
 SHARED = ["--set", "tracking.uri=http://mlflow:5000", "--set", "checkpoint.dir=s3://bucket/runs",
@@ -145,7 +145,7 @@ def test_a_literal_password_in_a_storage_or_tracking_uri_is_refused(capsys):
 
 
 def test_tracking_uris_and_paths_other_nodes_can_reach():
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
 
     def problems(*overrides: str, storage: str | None = "postgresql://db/optuna") -> list[str]:
         cfg = load_config("configs/default.yaml", ["checkpoint.dir=/shared/runs", "data.partitions_dir=s3://b/p",
@@ -300,8 +300,8 @@ def test_a_failed_job_is_one_line_naming_its_logs():
 
 
 def test_the_commands_stay_light_to_import():
-    code = ("import sys, orchestrator.commands.submit, orchestrator.commands.jobs, orchestrator.cluster; "
-            "print(' '.join(m for m in ('ray', 'torch', 'mlflow', 'orchestrator.run') if m in sys.modules))")
+    code = ("import sys, orchestrator.commands.submit, orchestrator.commands.jobs, orchestrator.ray_runtime.cluster; "
+            "print(' '.join(m for m in ('ray', 'torch', 'mlflow', 'orchestrator.driver.run') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == ""
 
@@ -328,7 +328,7 @@ def test_a_sweep_s_study_name_is_checked_as_the_job_will_use_it(tmp_path):
     import yaml
 
     from orchestrator.commands.submit import job_targets, parse_pipeline_args
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     path = tmp_path / "my sweep.yaml"
     path.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "default.yaml"), "algorithm": "fedprox"}))

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from orchestrator import cli
-from orchestrator.config import load_config
+from orchestrator.experiment.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "configs" / "default.yaml"

@@ -25,7 +25,7 @@ def time_to_target_sweep(tmp_path, name: str = "ttt", **fields):
 def test_the_direction_reaches_the_study_and_its_pruner_prunes_the_slower_trial(tmp_path):
     import optuna
 
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
     from pipelines.sweep_optuna import build_pruner, open_storage, open_study
 
     sweep = time_to_target_sweep(tmp_path)

@@ -77,14 +77,14 @@ def test_a_port_in_use_is_one_line_before_any_url(tmp_path, capsys):
 
 
 def test_mlflow_s_built_ui_is_where_the_ui_serves_it_from():
-    from orchestrator.mlflow_internals import mlflow_static_dir
+    from orchestrator.reporting.mlflow_internals import mlflow_static_dir
 
     assert (mlflow_static_dir() / "index.html").is_file()
 
 
 def test_the_landing_goes_first_in_mlflow_s_page_and_stands_down_where_the_ui_renamed_what_it_sets(tmp_path, capsys):
     from orchestrator.commands.ui import SUMMARY_COLUMNS, first_page
-    from orchestrator.mlflow_internals import UI_MARKERS, missing_ui_markers, mlflow_static_dir
+    from orchestrator.reporting.mlflow_internals import UI_MARKERS, missing_ui_markers, mlflow_static_dir
 
     installed = mlflow_static_dir()
     assert missing_ui_markers(installed) == []  # the installed MLflow names everything the landing sets
@@ -111,11 +111,11 @@ def test_mlflow_s_telemetry_is_off_for_mooring_s_runs_unless_turned_on():
     set MLFLOW_DISABLE_TELEMETRY=false before Mooring was imported."""
     probe = textwrap.dedent("""
         import importlib, os
-        import orchestrator.tracking
+        import orchestrator.reporting.tracking
         from mlflow.telemetry.utils import is_telemetry_disabled
         print(is_telemetry_disabled())
         os.environ["MLFLOW_DISABLE_TELEMETRY"] = "false"
-        importlib.reload(orchestrator.tracking)
+        importlib.reload(orchestrator.reporting.tracking)
         print(is_telemetry_disabled())
     """)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "PYTHONPATH": os.getcwd()}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.config import ConfigError, load_config
-from orchestrator.datasets import prepare_data
-from orchestrator.federation import run_in_process
+from orchestrator.experiment.config import ConfigError, load_config
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import run_in_process
 from tasks.data.partition import Partition, hold_out_validation
 
 TINY = ["train.rounds=2", "data.num_clients=4", "data.partition.alpha=1.0", "data.partition.min_size=5",

@@ -1,4 +1,4 @@
-"""Tensors between processes as NumPy arrays (orchestrator/wire.py): the same bytes, dtype, shape and flags."""
+"""Tensors between processes as NumPy arrays (orchestrator/ray_runtime/wire.py): the same bytes, dtype, shape and flags."""
 from __future__ import annotations
 
 import pickle
@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-from orchestrator import wire
+from orchestrator.ray_runtime import wire
 
 
 def round_trip(tensor: torch.Tensor) -> torch.Tensor:

@@ -36,8 +36,8 @@ def check_output_file(path: str, option: str = "--output-json") -> None:
     import os
     from pathlib import Path
 
-    from orchestrator.config import ConfigError
-    from orchestrator.storage import can_write_in
+    from orchestrator.experiment.config import ConfigError
+    from orchestrator.io.storage import can_write_in
 
     target = Path(path).absolute()
     parent = target.parent

@@ -26,12 +26,12 @@ def resolved_yaml(cfg) -> str:
 
 
 def main(args) -> int:
-    from orchestrator.config import load_config
+    from orchestrator.experiment.config import load_config
 
     apply_outside_code(args)
     cfg = load_config(args.config, args.overrides)
     if args.action == "check":
-        from orchestrator.run_dir import check_output_dirs
+        from orchestrator.io.run_dir import check_output_dirs
 
         check_output_dirs(cfg)
         print(f"{args.config}: valid")

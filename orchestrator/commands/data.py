@@ -90,8 +90,8 @@ def sizes_line(train: list) -> str:
 
 
 def main(args) -> int:
-    from orchestrator.config import load_config
-    from orchestrator.datasets import prepare_data
+    from orchestrator.experiment.config import load_config
+    from orchestrator.experiment.datasets import prepare_data
 
     cfg = load_config(args.config, args.overrides)
     if args.png:
@@ -101,7 +101,7 @@ def main(args) -> int:
     data = prepare_data(cfg)
     print(partition_summary(cfg, data, args.rows))
     if args.png:
-        from orchestrator.plots import plot_class_histogram
+        from orchestrator.reporting.plots import plot_class_histogram
 
         hist = data.partition.class_histogram(data.dataset.y_train, data.num_classes)
         path = plot_class_histogram(np.asarray(hist), args.png, title=f"{cfg.data.dataset}: samples per client and class")

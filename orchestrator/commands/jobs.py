@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 
-from orchestrator.cluster import add_cluster_args, first_line, printable
+from orchestrator.ray_runtime.cluster import add_cluster_args, first_line, printable
 
 STOP_HEAD = ("A Ray head started for Mooring (`ray start --head`) keeps running after its jobs end; stop it with "
              "`ray stop` on the head node, and on each worker node that joined it (from the environment that "
@@ -25,7 +25,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
-    from orchestrator.cluster import JobsAPI
+    from orchestrator.ray_runtime.cluster import JobsAPI
 
     api = JobsAPI(args.address, args.token_file, args.allow_plain_http)
     return {"list": list_jobs, "status": show_status, "logs": show_logs, "stop": stop_job}[args.action](api, args)

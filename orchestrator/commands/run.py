@@ -49,15 +49,15 @@ def main(args) -> int:
 
     import ray
 
-    from orchestrator.run import run_experiment
-    from orchestrator.tracking import resolve_uri
+    from orchestrator.driver.run import run_experiment
+    from orchestrator.reporting.tracking import resolve_uri
 
     check_resume_args(args)
     apply_outside_code(args)
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:
-        from orchestrator.run_dir import RunLog, verified_checkpoint
+        from orchestrator.io.run_dir import RunLog, verified_checkpoint
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
         RunLog(args.resume).check_records()  # and a damaged run.json or metrics.jsonl
@@ -84,7 +84,7 @@ def main(args) -> int:
 def check_resume_args(args) -> None:
     """--from-round only with --resume; and a resume reads the run's own config, so a CONFIG beside --resume (which
     would be ignored) is refused rather than silently dropped."""
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     if args.from_round is not None and not args.resume:
         raise ConfigError("--from-round N needs --resume RUN_DIR")
@@ -102,9 +102,9 @@ def config_and_ray(args, start_ray: bool):
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from orchestrator.config import build_config
-    from orchestrator.ray_start import ensure_ray
-    from orchestrator.run_dir import raw_config_for_run
+    from orchestrator.experiment.config import build_config
+    from orchestrator.io.run_dir import raw_config_for_run
+    from orchestrator.ray_runtime.ray_start import ensure_ray
 
     raw, source = raw_config_for_run(args.config, args.overrides, args.resume)
     launched = seconds_since_launch()
@@ -128,8 +128,8 @@ def _checked_data(validated, seconds: list[float]):
     them first, and this runs before the run)."""
     import time
 
-    from orchestrator.run_dir import check_output_dirs
-    from orchestrator.run_start import prepare_data
+    from orchestrator.driver.run_start import prepare_data
+    from orchestrator.io.run_dir import check_output_dirs
 
     cfg = validated.result()
     check_output_dirs(cfg)
@@ -149,7 +149,7 @@ def exit_without_ray_shutdown() -> None:
     import os
     import sys
 
-    from orchestrator.ray_start import end_local_instance
+    from orchestrator.ray_runtime.ray_start import end_local_instance
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -167,13 +167,13 @@ def seconds_since_launch() -> float:
 
 
 def print_profile(result, before_run: dict[str, list[float]], ray_started_here: bool) -> None:
-    """Every phase's count, median and total (see orchestrator/phases.py), then Ray's shutdown, timed here."""
+    """Every phase's count, median and total (see orchestrator/reporting/phases.py), then Ray's shutdown, timed here."""
     import time
 
     import ray
 
-    from orchestrator.phases import profile_table
-    from orchestrator.ray_start import end_local_instance
+    from orchestrator.ray_runtime.ray_start import end_local_instance
+    from orchestrator.reporting.phases import profile_table
 
     shutdown = time.perf_counter()
     if ray_started_here:
@@ -188,6 +188,6 @@ def print_profile(result, before_run: dict[str, list[float]], ray_started_here: 
 def shutdown_ray() -> None:
     """Stop the Ray instance this command started before exiting, so none of its processes outlive the
     command."""
-    from orchestrator.ray_start import end_local_instance
+    from orchestrator.ray_runtime.ray_start import end_local_instance
 
     end_local_instance(orderly=True)

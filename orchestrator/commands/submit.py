@@ -1,7 +1,7 @@
 """`mooring submit [--address URL] [--follow | --no-wait] -- run|compare|sweep ARGS...`: a pipeline as a Ray job.
 
 The job runs `python -m orchestrator.cli PIPELINE ARGS` on the cluster's head node, with the directory submit runs
-from as its working directory (orchestrator.cluster.EXCLUDES left out): Mooring's checkout, or a project of the
+from as its working directory (orchestrator.ray_runtime.cluster.EXCLUDES left out): Mooring's checkout, or a project of the
 user's own, whose packages travel with the job and run on the Mooring installed on the nodes. Before anything is
 sent, ARGS are parsed as the pipeline would parse them and the configs they name are loaded with their --set
 overrides: a tracking URI, checkpoint dir, partitions dir or sweep storage that is a relative local path would end
@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import sys
 
-from orchestrator.cluster import PIPELINES, add_cluster_args
+from orchestrator.ray_runtime.cluster import PIPELINES, add_cluster_args
 
 
 def configure(parser) -> None:
@@ -39,7 +39,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
-    from orchestrator import cluster
+    from orchestrator.ray_runtime import cluster
 
     pipeline_args = args.args[1:] if args.args[:1] == ["--"] else list(args.args)
     parsed = parse_pipeline_args(args.pipeline, pipeline_args)
@@ -86,7 +86,7 @@ def main(args) -> int:
 def parse_pipeline_args(pipeline: str, argv: list[str]) -> argparse.Namespace:
     """ARGS parsed by the pipeline's own parser: a bad ARGS fails here, not on the cluster."""
     from orchestrator.cli import COMMANDS
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     module_name = COMMANDS[pipeline][0]
     if importlib.util.find_spec(module_name) is None:
@@ -108,7 +108,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
 
         sweep = load_sweep(parsed.sweep, overrides=parsed.overrides, study=parsed.study)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage
-    from orchestrator.run_dir import load_config_for_run
+    from orchestrator.io.run_dir import load_config_for_run
 
     resume = getattr(parsed, "resume", None)
     return parsed.config, [load_config_for_run(parsed.config, parsed.overrides, resume)], None
@@ -119,7 +119,7 @@ def report_outcome(api, job_id: str) -> int:
     if status == "SUCCEEDED":
         print(f"{job_id} succeeded", file=sys.stderr)
         return 0
-    from orchestrator.run_errors import RunError
+    from orchestrator.driver.run_errors import RunError
 
     raise RunError(f"job {job_id} {status.lower()}: {message or 'no message'}; "
                    f"see `mooring jobs logs {job_id} --address {api.url}`")

@@ -19,9 +19,14 @@ import threading
 import warnings
 from pathlib import Path
 
-from orchestrator.mlflow_internals import landing_page, load_mlflow_app, missing_ui_markers, mlflow_static_dir
+from orchestrator.reporting.mlflow_internals import (
+    landing_page,
+    load_mlflow_app,
+    missing_ui_markers,
+    mlflow_static_dir,
+)
 
-# the runs table's columns on a first visit: what every run logs when it ends (orchestrator/run.py, summary_metrics)
+# the runs table's columns on a first visit: what every run logs when it ends (orchestrator/driver/run.py, summary_metrics)
 SUMMARY_COLUMNS = ["final_global_accuracy", "final_personalized_accuracy", "best_global_accuracy",
                    "best_personalized_accuracy", "bytes_sent", "wall_seconds"]
 
@@ -93,7 +98,7 @@ def check_can_listen(host: str, port: int) -> None:
     import errno
     import socket
 
-    from orchestrator.config import ConfigError
+    from orchestrator.experiment.config import ConfigError
 
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port {port}: a port is 1 to 65535")
@@ -126,13 +131,13 @@ def first_page(static_dir: Path) -> str:
 
 
 def telemetry_disabled() -> bool:
-    """MLflow's usage telemetry, off unless the user turned it on (orchestrator/tracking.py sets the default)."""
+    """MLflow's usage telemetry, off unless the user turned it on (orchestrator/reporting/tracking.py sets the default)."""
     return os.environ.get("MLFLOW_DISABLE_TELEMETRY", "").lower() in ("true", "1") or \
         os.environ.get("DO_NOT_TRACK", "").lower() in ("true", "1")
 
 
 def main(args) -> int:
-    from orchestrator.tracking import resolve_uri
+    from orchestrator.reporting.tracking import resolve_uri
 
     configured = args.uri or os.environ.get("MLFLOW_TRACKING_URI")  # else MLflow's default, a local store
     if configured and resolve_uri(configured).startswith(("http://", "https://")):

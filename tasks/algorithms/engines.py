@@ -2,7 +2,7 @@
 
 - `sequential` (base.train_objective): one client after another, a model and a torch optimizer each: the
   reference.
-- `vectorized` (here): each group of a round's clients (orchestrator/client_groups.py: fixed by the config, not by
+- `vectorized` (here): each group of a round's clients (orchestrator/clients/client_groups.py: fixed by the config, not by
   the actors, since a client's result depends in its last bits on who shares its batch) at once. Their parameters are stacked along a
   leading client dimension; one `torch.func.vmap` of the model's `functional_call` and of the method's
   `local_loss` computes every client's loss, one backward pass every client's gradient (the clients are

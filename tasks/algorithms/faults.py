@@ -1,6 +1,6 @@
 """A method's own bug, told apart from the runtime's faults: an exception raised in one of the method's hooks (or
 a hook's result the runtime cannot take) becomes a `MethodError` naming the method, the hook, the client and
-round, and the traceback's last frames. The runtime stops the run on it (orchestrator/run.py), where a lost
+round, and the traceback's last frames. The runtime stops the run on it (orchestrator/driver/run.py), where a lost
 actor is retried and a full disk is an I/O error: neither is the method's.
 
 Whether a failure is the method's is read from its traceback: it passed through a hook (an `Algorithm` method

@@ -11,7 +11,7 @@ element-wise; Reddi et al. 2021, "Adaptive Federated Optimization", Algorithm 2;
 m and v start at 0 and τ² (Reddi's v₋₁ ≥ τ²); there is no bias correction, as in the paper. η = 1 with β₁ = 0
 (momentum) gives x̄ back: FedAvg. Only the model's parameters step; its buffers (BatchNorm's running statistics,
 counters) take the aggregate as it is. The moments live in the server state under the optimiser's key, so
-checkpoints carry them. Used by `algorithm.server_optimizer` (orchestrator/federation.py) for any method with a
+checkpoints carry them. Used by `algorithm.server_optimizer` (orchestrator/server/federation.py) for any method with a
 global model, and by FedAvgM (tasks/algorithms/fedavgm.py; docs/methods/fedavgm.md).
 """
 from __future__ import annotations

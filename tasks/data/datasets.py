@@ -45,7 +45,7 @@ def not_a_loader(obj: object) -> str | None:
     return not_a_function_of_one(obj, "a dataset loader (a function (data options) -> ArrayDataset)")
 
 
-# A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/config.py DataConfig.
+# A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/experiment/config.py DataConfig.
 DATASETS: Registry = Registry("dataset", "mooring.datasets", not_a_loader)
 
 

@@ -1,4 +1,4 @@
-"""The privacy block's part in the server's round (orchestrator/federation.py calls it): the payload's clipping
+"""The privacy block's part in the server's round (orchestrator/server/federation.py calls it): the payload's clipping
 norm, the noised model, and ε after every round (docs/privacy.md)."""
 from __future__ import annotations
 

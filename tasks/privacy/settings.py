@@ -1,11 +1,11 @@
-"""A run's privacy settings as plain frozen values (built from the config's `privacy` block, orchestrator/config.py)."""
+"""A run's privacy settings as plain frozen values (built from the config's `privacy` block, orchestrator/experiment/config.py)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
 # the metrics that carry the ε reached: models (client-level), class statistics (sample-level); here, in a module
-# without torch, so that a run's summary (orchestrator/results.py) imports no torch before Ray starts
+# without torch, so that a run's summary (orchestrator/reporting/results.py) imports no torch before Ray starts
 EPSILON_KEYS = ("dp_epsilon", "dp_epsilon_stats")
 # a noise multiplier other than 0 lies in this range (docs/privacy.md, "The range of noise"): below it ε exceeds 10⁸
 # and from about 1e-162 the accountant's σ² is 0 (ε lost, or a ZeroDivisionError); above it the accountant takes

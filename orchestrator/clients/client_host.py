@@ -1,0 +1,171 @@
+"""What a client actor runs: a host of many logical clients, answering the server's typed calls.
+
+A call (orchestrator/clients/client_calls.py) goes to the engine for updates (orchestrator/clients/client_engines.py) or to one
+of the method's client hooks for the other kinds; the clients' data and state come from the host's cache
+(orchestrator/clients/client_cache.py). Every random draw comes from (run seed, round, client id).
+
+Devices, in this one place: the hosted shards live on the host's device (a GPU: no copy per batch), a round's
+payload is moved there once, and whatever leaves the host (updates, contributions, client states, hence
+checkpoints) is moved back to the CPU, so the coordinator never holds a CUDA tensor."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from orchestrator.clients.client_cache import ClientCache
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_engines import SequentialEngine, VectorizedEngine
+from orchestrator.clients.client_groups import ClientGroups
+from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.experiment.methods import build_algorithm
+from orchestrator.server.evaluation import accuracies_on_test_sets
+from tasks.algorithms import ClientUpdate, RoundContext
+from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
+from tasks.algorithms.ccvr import gaussian_stats
+from tasks.algorithms.engines import choose_engine
+from tasks.algorithms.faults import method_hook
+from tasks.algorithms.local_sgd import local_step_count
+from tasks.data.federated import FederatedData
+from tasks.privacy.model_updates import private_client_update
+
+SETUP_STREAM = 0x5E7
+
+
+class ClientHost:
+    """Hosts many logical clients: their data shards and the state that persists between their rounds (its
+    `cache`), and trains them with the run's engine. It can also train a guest: a client hosted elsewhere, of a
+    method whose clients keep no state, sent here to balance a round."""
+
+    def __init__(self, cfg, data: FederatedData, client_ids: list[int], client_states: dict[int, Any] | None = None,
+                 device: str = "cpu", store: ClientStateStore | None = None):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+        self.train = self.algorithm.setup.train
+        self.federated = data
+        self.cache = ClientCache(self.algorithm, data, client_ids, self.device, cfg.resources.resident_clients,
+                                 store if store is not None else ClientStateStore())
+        for cid, state in (client_states or {}).items():
+            self.cache.states.put(cid, state, 0)
+        self.cache.prefetch()
+        self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self.groups = ClientGroups.of_run(cfg, data, self.engine)  # what trains together, whatever this host holds
+        self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
+        self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
+        self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def states(self) -> ClientStateStore:
+        return self.cache.states
+
+    # ------------------------------------------------------------------ calls
+    def call(self, call: ClientCall) -> ClientResults:
+        """The call for each of its clients, in order. A method's exception stops it as a MethodError naming the
+        hook, client and round (tasks/algorithms/faults.py); any other error raises as it is (a full disk while a
+        client's state is written is an I/O error, not a failed client)."""
+        if call.kind is CallKind.UPDATE:
+            return self.trainer.updates(call)
+        hook = {CallKind.SETUP: lambda cid: self.setup_contribution(cid),
+                CallKind.PRE_ROUND: lambda cid: self.pre_round(call.payload, cid, call.round),
+                CallKind.EVALUATE: lambda cid: self.evaluate(call.payload, cid, call.round),
+                CallKind.CALIBRATE: lambda cid: self.calibration_stats(call.payload, cid)}[call.kind]
+        # the round it happens in (0-based): set-up is before round 0, an evaluation's index is the rounds done
+        round_idx = {CallKind.SETUP: -1, CallKind.EVALUATE: call.round - 1}.get(call.kind, call.round)
+        results = {}
+        for cid in call.client_ids:
+            with method_hook(self.algorithm, round_idx, [cid]):
+                results[cid] = hook(cid)
+        return ClientResults(results)
+
+    def update(self, payload, cid: int, round_idx: int, seeds: tuple[int, int] | None = None) -> ClientUpdate:
+        """One client's round of local training (the sequential engine's step)."""
+        start = time.perf_counter()
+        data, client_state = self.cache.data(cid), self.cache.state(cid, round_idx)
+        with method_hook(self.algorithm, round_idx, [cid]):
+            update, state = self.algorithm.client_update(self.cache.here(payload), data, client_state,
+                                                         self.context(cid, round_idx, seeds=seeds))
+        self.cache.keep_state(cid, state, round_idx, "client_update")
+        update = self.private(to_device(update, "cpu"), payload, round_idx)
+        update.metrics.setdefault("seconds", time.perf_counter() - start)
+        return update
+
+    def private(self, update: ClientUpdate, payload, round_idx: int) -> ClientUpdate:
+        """The update as it leaves its client: clipped (and noised) under privacy.models, else as it is."""
+        if not self.model_dp.active:
+            return update
+        return private_client_update(update, payload, self.model_dp, self.cfg.seed, round_idx)
+
+    def evaluate(self, payload, cid: int, round_idx: int) -> dict[str, tuple[float, float]]:
+        data = self.cache.data(cid)
+        return to_device(self.algorithm.client_evaluate(self.cache.here(payload), data, self.cache.state(cid, round_idx),
+                                                        self.context(cid, round_idx)), "cpu")
+
+    def calibration_stats(self, payload, cid: int) -> State:
+        """CCVR's class statistics of this client's training split under the payload's model."""
+        data = self.cache.data(cid)
+        model = self.algorithm.working_model(self.cache.here(payload)["model"], key="calibration", device=self.device)
+        return gaussian_stats(model, data.x.to(self.device), data.y.to(self.device), data.num_classes)
+
+    def pre_round(self, payload, cid: int, round_idx: int):
+        data = self.cache.data(cid)
+        return to_device(self.algorithm.client_pre_round(self.cache.here(payload), data,
+                                                         self.cache.state(cid, round_idx),
+                                                         self.context(cid, round_idx)), "cpu")
+
+    def setup_contribution(self, cid: int):
+        contribution = self.algorithm.client_setup(self.cache.data(cid),
+                                                   seeded_generator(self.cfg.seed, SETUP_STREAM, cid))
+        return to_device(contribution, "cpu")
+
+    # ------------------------------------------------------------------ seeding
+    def round_seeds(self, cids: list[int], round_idx: int) -> list[tuple[int, int]]:
+        """Each client's (generator seed, torch seed) for the round: derive_seed(run seed, round, client[, 1]),
+        derived for all the clients at once."""
+        # derive_seed(a, b, c) is derive_seed(a, b, c, 0) (SeedSequence pads its pool with zeros): one call for both
+        rows = np.array([[self.cfg.seed, round_idx, cid, stream] for stream in (0, 1) for cid in cids],
+                        dtype=np.int64).reshape(-1, 4)
+        seeds = derive_seeds(rows)
+        return list(zip(seeds[:len(cids)], seeds[len(cids):]))
+
+    def context(self, cid: int, round_idx: int, seed_torch: bool = True,
+                seeds: tuple[int, int] | None = None) -> RoundContext:
+        """`seeds`: the client's round seeds (its generator's, torch's global one's) where already derived
+        (`round_seeds`)."""
+        generator_seed, torch_seed = seeds or self.round_seeds([cid], round_idx)[0]
+        if seed_torch:  # dropout and other torch-global draws (the vectorized engine refuses models that make any)
+            if self.device.type == "cpu":
+                torch.default_generator.manual_seed(torch_seed)  # torch.manual_seed's CPU part, without its CUDA hooks
+            else:
+                torch.manual_seed(torch_seed)
+        return RoundContext(round=round_idx, seed=self.cfg.seed, train=self.train,
+                            generator=torch.Generator().manual_seed(generator_seed), device=self.device,
+                            local_steps=local_step_count(self.cache.data(cid).num_samples, self.train))
+
+    # ------------------------------------------------------------------ the host itself
+    def evaluate_global(self, state: State, batch_size: int) -> dict[str, float] | None:
+        """The global model's accuracy on each global test set, computed on this host's device (the GPU where
+        the run has one, rather than the coordinator's CPU); None for a method without a global model."""
+        if self._test_sets is None:
+            self._test_sets = to_device(self.federated.test_sets(), self.device)
+        return accuracies_on_test_sets(self.algorithm, to_device(state, self.device), self._test_sets, batch_size,
+                                       self.device)
+
+    def placement(self) -> dict[str, Any]:
+        """Where this host's tensors are: its clients' shards, and the working models that have trained (their
+        parameters hold gradients; frozen and evaluation-only models have none)."""
+        models = self.algorithm._model_cache.values()
+        shard = self.cache.data(min(self.cache.hosted)) if self.cache.hosted else None
+        trained = {str(p.device) for m in models for p in m.parameters() if p.grad is not None}
+        return {"data_device": str(shard.x.device) if shard is not None else None,
+                "trained_model_devices": sorted(trained)}
+
+    def client_states(self, cids: list[int] | None = None) -> dict[int, Any]:
+        """The states of `cids` (default: every client with one), read back from disk where spilled."""
+        states = self.cache.states
+        return {cid: states[cid] for cid in (cids or states.clients()) if cid in states}
+
+    def client_ids(self) -> list[int]:
+        return sorted(self.cache.hosted)

@@ -1,0 +1,81 @@
+"""A run's failures as one line each for the user: what went wrong, and how to go on (resume or start again); a
+method's own bug as that line and the traceback's last frames."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.io import checkpoint as ckpt
+from orchestrator.io import storage
+
+if TYPE_CHECKING:  # tasks.algorithms imports torch and every method: not on `mooring run`'s path to Ray's start
+    from tasks.algorithms.faults import MethodFault
+
+
+class RunError(Exception):
+    """A run could not start or continue; the message is one line for the user (a method's fault adds its
+    traceback's last frames below it). `details`: what result.json and MLflow record of it."""
+
+    def __init__(self, message: str, fault: MethodFault | None = None):
+        super().__init__(message)
+        self.fault = fault
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"message": str(self).splitlines()[0], **({"method_fault": self.fault.to_json()} if self.fault else {})}
+
+
+def method_fault(err: BaseException) -> MethodFault | None:
+    """The method's fault behind `err`, raised here or in a Ray actor (through each actor that passed it on)."""
+    from tasks.algorithms.faults import MethodError
+
+    while err is not None:
+        if isinstance(err, MethodError) and hasattr(err, "fault"):  # Ray's copy of the class lacks the fault
+            return err.fault
+        err = getattr(err, "cause", None)
+    return None
+
+
+def failed(what: str, err: BaseException, then: str) -> RunError:
+    """`what` failed because of `err`, then how to go on: a method's own bug as its hook, client and round, the
+    way on once it is fixed, and the traceback's last frames below; anything else in one line."""
+    fault = method_fault(err)
+    if fault is None:
+        return RunError(f"{what}: {remote_error(err)}; {then}")
+    frames = "".join(f"\n  at {frame}" for frame in fault.frames)
+    return RunError(f"{what}: {fault.headline}; once the method is fixed: {then}{frames}", fault)
+
+
+def remote_error(err: Exception) -> str:
+    """A Ray task's failure as one line: the original exception's type and first line."""
+    import ray
+
+    cause = err.cause if isinstance(err, ray.exceptions.RayTaskError) and err.cause is not None else err
+    while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0][:200]}" if text else type(cause).__name__
+
+
+def disk_full(run_dir: str, err: BaseException) -> RunError | None:
+    """A full disk (or quota) as one line naming the file and the way on, if that is what `err` is."""
+    full = storage.out_of_space(err)
+    if full is None:
+        return None
+    then = (f"continue with `mooring run --resume {run_dir}`" if storage.exists(storage.join(run_dir, "config.yaml"))
+            else "start the run again")  # a run that failed in set-up left no directory
+    return RunError(f"{full.filename or run_dir}: {full.strerror or 'no space left'}; free space there, then {then}")
+
+
+def resume_hint(run_dir: str) -> str:
+    latest = ckpt.latest_checkpoint(run_dir)
+    if latest is None:
+        return "no checkpoint was written; start the run again"
+    return f"the last checkpoint is {latest}; continue with `mooring run --resume {run_dir}`"
+
+
+def coordinator_lost(run_dir: str, rounds_done: int, err: Exception) -> str:
+    latest = ckpt.latest_checkpoint(run_dir)
+    where = f"its last checkpoint is {latest}; continue with `mooring run --resume {run_dir}`" if latest else \
+        "no checkpoint was written yet; start the run again"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"the coordinator died after round {rounds_done} ({first[:160]}); {where}"

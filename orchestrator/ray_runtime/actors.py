@@ -1,0 +1,247 @@
+"""The Ray runtime: client actors (fractional GPUs, many logical clients each) and the coordinator actor.
+
+The coordinator owns the `Server` (global state and round loop) and a `ClientPool` (orchestrator/ray_runtime/client_pool.py):
+the client actors, each owning a `ClientHost`, or one host in the coordinator's own process.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from orchestrator.clients.client_store import ClientStateStore, states_dir
+from orchestrator.io import checkpoint as ckpt
+from orchestrator.ray_runtime import wire
+
+if TYPE_CHECKING:
+    from orchestrator.clients.client_calls import ClientCall, ClientResults
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.ray_runtime.client_pool import ClientPool
+
+# orchestrator.server.federation (and torch with it) is imported where it is used, not here: a worker imports this
+# module before it constructs an actor, and the coordinator starts the client actors first thing, so their
+# processes start (and import torch) while it imports torch itself.
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0)
+class ClientActor:
+    """A Ray actor hosting logical clients, given its data by `load` after construction.
+
+    The data is not a constructor argument: Ray restarts a crashed actor by running its constructor again, and
+    cannot promise that an object-store argument is still there (ray-project/ray#53727; it warns about every
+    such actor). So a (re)started actor answers `ping` with False until the coordinator loads it, and `load`
+    also finds its clients' states in the run directory (orchestrator/clients/client_store.py)."""
+
+    def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
+        import torch
+        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, inside round 1 (benchmarks/README.md)
+
+        torch.set_num_threads(max(1, threads))
+        wire.register()
+        self.cfg, self.client_ids, self.run_dir = cfg, client_ids, run_dir
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device = "cuda" if self.gpu_ids and torch.cuda.is_available() else "cpu"
+        self.host: ClientHost | None = None
+
+    def load(self, data_box: list, rounds_done: int, client_ids: list[int]) -> None:
+        """`data_box` = [ObjectRef of the FederatedData], which the run keeps alive; `rounds_done`: the round
+        the run is at (states written after it are from a run that went further, and are dropped); `client_ids`:
+        the clients it hosts (blocks of client groups where a method keeps client state: client_groups.py)."""
+        self.client_ids = client_ids
+        self.host = host_for_run(self.cfg, ray.get(data_box[0]), self.client_ids, self.run_dir, rounds_done, self.device)
+
+    def call(self, call: ClientCall, payload) -> tuple[ClientResults, float] | None:
+        """The host's answers to `call` with `payload` (a method's exception raises as a MethodError naming the
+        client: tasks/algorithms/faults.py), and the seconds spent in the host. None: this actor was restarted and is not loaded yet. The
+        payload is an argument of its own so that Ray resolves it where it is an object-store reference."""
+        if self.host is None:
+            return None
+        start = time.perf_counter()
+        results = self.host.call(call.with_payload(payload))
+        return results, time.perf_counter() - start
+
+    def checkpoint_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+        """What a checkpoint of round `until` records of this actor's clients (the state files written since the
+        checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
+        return checkpoint_states(self.host, since, until, keep)
+
+    def evaluate_global(self, state, batch_size: int) -> dict[str, float] | None | bool:
+        """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
+        return False if self.host is None else self.host.evaluate_global(state, batch_size)
+
+    def ping(self) -> bool:
+        """Alive; True once loaded."""
+        return self.host is not None
+
+    def info(self) -> dict[str, Any]:
+        """Where this actor runs, what it was given, and where its tensors are (actors.json)."""
+        return host_info(self.host, self.client_ids, self.device, self.gpu_ids)
+
+
+def host_for_run(cfg, data, client_ids: list[int], run_dir: str, rounds_done: int, device: str = "cpu") -> ClientHost:
+    """A host of `client_ids` whose states live in the run directory, as the run stands after `rounds_done` rounds
+    (states written after it are from a run that went further, and are dropped), warmed up (orchestrator/clients/warm_up.py)."""
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.clients.warm_up import warm_up
+
+    store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, client_ids, upto=rounds_done,
+                             keep=ckpt.checkpoint_rounds(run_dir))
+    host = ClientHost(cfg, data, client_ids, device=device, store=store)
+    warm_up(cfg, data, client_ids, device)  # the first round's first-use costs, paid here (resources.warm_up)
+    return host
+
+
+def checkpoint_states(host: ClientHost, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+    """What a checkpoint of round `until` records of `host`'s clients (the state files written since the
+    checkpoint of round `since`), after deleting the files no checkpoint in `keep` or the run needs."""
+    host.states.prune(keep, until)
+    return host.states.changed(since, until)
+
+
+def host_info(host: ClientHost | None, client_ids: list[int], device: str, gpu_ids: list[str]) -> dict[str, Any]:
+    """Where a client host runs, what it was given, and where its tensors are (an entry of actors.json)."""
+    import torch
+
+    ctx = ray.get_runtime_context()
+    placed = host.placement() if host is not None else {}
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": gpu_ids, "clients": list(client_ids),
+            "device": device, "assigned": dict(ctx.get_assigned_resources()), **placed, "cuda_peak_bytes": peak}
+
+
+def write_actor_info(run_dir: str, info: list[dict[str, Any]]) -> None:
+    """actors.json in the run directory: where each client host runs (each client actor's node, pid, resources
+    and restarts so far, a restarted actor's entry with its new pid; or the coordinator hosting every client)."""
+    import json
+
+    from orchestrator.io import storage
+
+    storage.write_bytes_atomic(storage.join(run_dir, "actors.json"), json.dumps(info, indent=1).encode())
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class CoordinatorActor:
+    """Built in two steps, so that the client actors' processes start while the driver prepares the data: the
+    constructor starts the client actors; `start` gives the coordinator the data and waits for them. With
+    `clients_here` (resources.clients_on: orchestrator/ray_runtime/placement.py) there are no client actors: `start` hosts
+    every client in this process, which the driver then launches with one client actor's CPUs."""
+
+    def __init__(self, cfg, num_actors: int, run_dir: str, clients_here: bool = False):
+        from orchestrator.ray_runtime.client_pool import ActorPool
+
+        self.cfg, self.run_dir = cfg, run_dir
+        self.pool: ClientPool | None = None if clients_here else ActorPool(cfg, num_actors, run_dir)
+        self.idle_since: float | None = None  # when the last round or checkpoint ended
+        self.failure: Exception | None = None  # see run_rounds
+        import torch  # after the client actors are asked for: they start meanwhile
+
+        torch.set_num_threads(1)
+        wire.register()
+        if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
+            import orchestrator.server.federation  # noqa: F401
+
+    def start(self, data_box: list, snapshot: dict | None = None) -> None:
+        """`data_box` = [ObjectRef]: boxed so Ray hands over the reference, which the client actors then
+        resolve from the shared object store instead of receiving a copy each."""
+        from orchestrator.clients.client_groups import ClientGroups
+        from orchestrator.ray_runtime.client_pool import CoordinatorClients
+        from orchestrator.server.federation import Server, client_costs, sample_clients
+        from tasks.algorithms.engines import choose_engine
+
+        data = ray.get(data_box[0])
+        self.server = Server(self.cfg, data)
+        if snapshot is not None:
+            self.server.restore(snapshot)
+        self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
+        # the first draw imports NumPy's random machinery (benchmarks/README.md, "Tiny clients"): here, while the
+        # client actors load
+        sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
+        if self.pool is None:
+            self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
+            return
+        keeps_state = self.server.algorithm.capabilities().keeps_client_state
+        engine = choose_engine(self.cfg.train.engine, self.server.algorithm)
+        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
+                        None if keeps_state else client_costs(data, self.cfg.train))
+
+    # ------------------------------------------------------------------ driver-facing
+    def set_up(self) -> None:
+        from orchestrator.clients.client_calls import CallKind, ClientCall
+
+        if not self.server.set_up:
+            contributions = self.pool.call(ClientCall(CallKind.SETUP, None, list(range(self.server.num_clients)), 0))
+            self.server.setup([contributions.results[c] for c in sorted(contributions.results)])
+        write_actor_info(self.run_dir, self.pool.info())
+
+    def run_rounds(self, count: int) -> list[tuple[dict[str, Any], float]]:
+        """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
+        orchestrator/driver/round_loop.py): each one's metrics and seconds. A failed round is recorded, so that the calls
+        the driver queued behind it raise it too: it left the server half-changed (its round counted, its state
+        perhaps aggregated), and no later round or checkpoint may build on that. A round that fails after others
+        of the call ended is raised by the next call (or checkpoint), so that the driver first records those."""
+        self.raise_failure()
+        ended = []
+        for _ in range(count):
+            start = time.perf_counter()
+            try:
+                metrics = self.run_round()
+            except Exception as e:
+                self.failure = e
+                if not ended:
+                    raise
+                break
+            ended.append((metrics, time.perf_counter() - start))
+        return ended
+
+    def raise_failure(self) -> None:
+        """The failure of a round whose call returned the rounds before it: nothing may follow it (a checkpoint
+        would record the failed round's half-changed state)."""
+        if self.failure is not None:
+            raise self.failure
+
+    def run_round(self) -> dict[str, Any]:
+        if self.idle_since is not None:  # the driver asks for rounds ahead: this stays near 0 unless it lags
+            self.server.phases.add("round: coordinator idle before it", time.perf_counter() - self.idle_since)
+        try:
+            return self.server.run_round(self.pool.call)
+        finally:
+            self.idle_since = time.perf_counter()
+
+    def round(self) -> int:
+        return self.server.round
+
+    def checkpoint(self) -> str:
+        """The server's snapshot and the client state files written since the previous checkpoint (the client
+        states themselves are in the run directory already: orchestrator/clients/client_store.py)."""
+        self.raise_failure()
+        try:
+            with self.server.phases("checkpoint"):
+                return self._checkpoint()
+        finally:
+            self.idle_since = time.perf_counter()
+
+    def _checkpoint(self) -> str:
+        until = self.server.round
+        since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
+        changed = {}
+        # a method without client state writes no state files: nothing to ask the client hosts
+        if self.server.algorithm.capabilities().keeps_client_state:
+            changed = self.pool.changed_states(since, until, sorted(set(ckpt.checkpoint_rounds(self.run_dir)) | {until}))
+        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
+        self.last_checkpoint = until
+        return written
+
+    def final_state(self) -> dict[str, Any]:
+        return self.server.state
+
+    def actor_info(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Where the clients train (`ClientPool.info`): each client actor, or the coordinator."""
+        return self.pool.info(timeout)
+
+    def phases(self) -> dict[str, list[float]]:
+        return self.server.phases.as_dict()
+
+    def pid(self) -> int:
+        return os.getpid()

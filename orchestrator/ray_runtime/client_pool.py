@@ -1,0 +1,276 @@
+"""Where a coordinator's clients train (resources.clients_on): on client actors (`ActorPool`), or in the
+coordinator's own process (`CoordinatorClients`), which a small round's fixed cost favours.
+
+Either answers the server's typed calls (orchestrator/clients/client_calls.py) with the same `ClientHost`, so a run's
+history does not depend on where its clients train: the coordinator's host is one actor hosting every client.
+
+ActorPool: a round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
+sends each group of the round's clients (orchestrator/clients/client_groups.py), whole, to one actor, collects updates as
+they finish, retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice;
+any other error (a method's, an I/O error) stops the round. Clients are hosted block by block, so a group has
+one host; a method that keeps client state trains each group there (sticky), the groups of a method that keeps
+no client state are balanced over the actors by their local work, at home where loads tie (see `plan_round`). Each actor gets one call per round
+with all of its groups: a Ray call costs milliseconds, a small client's update not many more.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import ray
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
+
+from orchestrator.reporting.phases import Phases
+
+if TYPE_CHECKING:
+    from orchestrator.clients.client_calls import ClientCall, ClientResults
+    from orchestrator.clients.client_groups import ClientGroups
+    from orchestrator.server.federation import Server
+
+# orchestrator.clients.client_calls (and torch with it) is imported where it is used: the coordinator builds its
+# `ActorPool` first thing, so that the client actors' processes start while it imports torch.
+
+# A payload up to this size goes with each actor's call (inside the call's message, under Ray's own limit on
+# inlined arguments) rather than once into the object store, from which each actor would then fetch it.
+INLINE_PAYLOAD_BYTES = 100 * 1024
+
+
+class ClientPool(Protocol):
+    """What the coordinator asks of wherever its clients train."""
+
+    def call(self, call: ClientCall) -> ClientResults: ...
+
+    def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]: ...
+
+    def info(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
+
+
+# ------------------------------------------------------------------------------- in the coordinator
+class CoordinatorClients:
+    """Every client hosted in the coordinator's process: a round costs no Ray call and no serialisation, which on
+    a small round (benchmarks/README.md, "Tiny clients") is most of it. The coordinator then asks Ray for the
+    CPUs of one client actor (orchestrator/driver/run_start.py)."""
+
+    def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
+        import torch
+
+        from orchestrator.ray_runtime.actors import host_for_run
+
+        torch.set_num_threads(max(1, int(cfg.resources.cpus_per_actor)))
+        self.host = host_for_run(cfg, data, list(range(data.num_clients)), run_dir, rounds_done)
+        if self.host.engine == "sequential" or cfg.clients_per_round == 1:
+            # its first torch optimizer would import torch._dynamo inside round 1 (1.4 s or more: benchmarks/
+            # README.md); the vectorized engine makes none, except for a call of one client
+            import torch._dynamo  # noqa: F401
+        self.phases = phases
+
+    def call(self, call: ClientCall) -> ClientResults:
+        with self.phases(f"{call.name}: host work in the coordinator"):
+            return self.host.call(call)
+
+    def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+        from orchestrator.ray_runtime.actors import checkpoint_states
+
+        return checkpoint_states(self.host, since, until, keep)
+
+    def info(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """One entry, in actors.json's form: the coordinator's process hosting every client."""
+        from orchestrator.ray_runtime.actors import host_info
+
+        return [{"in_coordinator": True, **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
+
+
+# ------------------------------------------------------------------------------------ client actors
+def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
+    """Sticky round-robin assignment: client c lives on actor c mod K, for the whole run."""
+    return [list(range(a, num_clients, num_actors)) for a in range(num_actors)]
+
+
+def plan_round(groups: list[list[int]], owner: dict[int, int], num_actors: int,
+               costs: list[float] | None) -> dict[int, list[int]]:
+    """Which actor trains which of a round's groups of clients, each group whole: {actor index: client ids}.
+
+    Sticky (costs None, methods with client state): each group on the actor that hosts it (a block of clients
+    is hosted by one actor). Balanced: the group of most work first, each to the least loaded actor (ties: the
+    host of its first client, else the lower index); a random draw of 10 clients out of 100 puts 7 on one of two
+    actors as often as not, which would leave one core idle for much of a round."""
+    plan: dict[int, list[int]] = {}
+    if costs is None:
+        for group in groups:
+            plan.setdefault(owner[group[0]], []).extend(group)
+        return plan
+    load = [0.0] * num_actors
+    for group in sorted(groups, key=lambda g: (-sum(costs[c] for c in g), g[0])):
+        actor_idx = min(range(num_actors), key=lambda a: (load[a], a != owner.get(group[0]), a))
+        load[actor_idx] += sum(costs[c] for c in group)
+        plan.setdefault(actor_idx, []).extend(group)
+    return plan
+
+
+class ActorPool:
+    """The client actors, started at construction (their processes import torch while the coordinator prepares),
+    loaded by `start`."""
+
+    def __init__(self, cfg, num_actors: int, run_dir: str):
+        from orchestrator.ray_runtime.actors import ClientActor
+
+        self.cfg, self.run_dir = cfg, run_dir
+        res = cfg.resources
+        self.hosted = assign_clients(cfg.data.num_clients, num_actors)  # until `start` knows the client groups
+        self.actors = [
+            ClientActor.options(num_cpus=res.cpus_per_actor, num_gpus=res.gpus_per_actor).remote(
+                cfg, hosted, run_dir, max(1, int(res.cpus_per_actor)))
+            for hosted in self.hosted
+        ]
+        self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
+        self.restarts = [0] * len(self.actors)
+
+    def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
+        """Every actor loaded with `data_box` = [ObjectRef of the FederatedData] and whole blocks of clients
+        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work, to
+        balance a round's groups by (None: sticky)."""
+        self.data_box, self.server, self.client_groups, self.costs = data_box, server, groups, costs
+        self.hosted = groups.hosts(len(self.actors))
+        self.owner = {c: a for a, hosted in enumerate(self.hosted) for c in hosted}
+        self._await_actors(self.cfg.resources.actor_start_timeout)
+        self.evaluator = self._gpu_actor()
+        if self.evaluator is not None:
+            server.global_accuracies = self._global_accuracies_on_actor
+
+    def _gpu_actor(self) -> int | None:
+        """The first client actor that computes on a GPU: the global model is evaluated there."""
+        return next((idx for idx, info in enumerate(self.info()) if info.get("device") == "cuda"), None)
+
+    def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
+        """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
+        from orchestrator.server.evaluation import accuracies_on_test_sets
+
+        state_ref = ray.put(state)
+        for _ in range(2):
+            try:
+                answer = ray.get(self.actors[self.evaluator].evaluate_global.remote(state_ref, self.cfg.eval.batch_size))
+            except RayActorError:
+                answer = False
+            if answer is not False:
+                return answer
+            if not self._await_ready(self.evaluator):
+                break
+        server = self.server
+        return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
+
+    def _await_actors(self, timeout: float) -> None:
+        """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one
+        clear error: never a silent wait. The actors are loaded together, not one after another; any that died
+        meanwhile is then waited for (and loaded) on its own."""
+        deadline = time.monotonic() + timeout
+        pings = [actor.ping.remote() for actor in self.actors]
+        ray.wait(pings, num_returns=len(pings), timeout=timeout)
+        loads = []
+        for idx, (actor, ping) in enumerate(zip(self.actors, pings)):
+            try:
+                if not ray.get(ping, timeout=0):
+                    loads.append(actor.load.remote(self.data_box, self.server.round, self.hosted[idx]))
+            except (RayActorError, GetTimeoutError):
+                pass  # not up yet, or died: `_await_ready` below waits for it
+        for load in loads:
+            try:
+                ray.get(load)
+            except RayActorError:
+                pass
+        for idx in range(len(self.actors)):
+            if not self._await_ready(idx, max(1.0, deadline - time.monotonic())):
+                raise RuntimeError(f"client actors not placed within {timeout:g} s: the cluster lacks the CPUs/GPUs "
+                                   f"for {len(self.actors)} actors (resources.num_actors, cpus_per_actor, "
+                                   "gpus_per_actor)")
+        self.loaded = [True] * len(self.actors)
+
+    def call(self, call: ClientCall) -> ClientResults:
+        """`call` on the client actors, its payload put into the object store once if it is large."""
+        from tasks.algorithms.base import nbytes
+
+        with self.server.phases(f"{call.name}: payload put"):
+            if nbytes(call.payload) > INLINE_PAYLOAD_BYTES:
+                call = call.with_payload(ray.put(call.payload))
+        return self._gather(call)
+
+    def _gather(self, call: ClientCall) -> ClientResults:
+        """`call` for each of its clients, one call per actor; an actor's clients are retried once if it died, and
+        fail if it dies again."""
+        from orchestrator.clients.client_calls import ClientResults
+
+        sent = time.perf_counter()
+        groups = self.client_groups.split(call.client_ids)
+        pending = {self._call(a, call.to(group)): (a, group, 0)
+                   for a, group in plan_round(groups, self.owner, len(self.actors), self.costs).items()}
+        phases = self.server.phases
+        phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
+        gathered = ClientResults()
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            actor_idx, group, attempt = pending.pop(done[0])
+            try:
+                answer = ray.get(done[0])
+            except (RayActorError, ObjectLostError):
+                answer = None  # died during the call, or its answer was lost with its node
+            if answer is None:  # died, or restarted since the last call
+                if attempt == 0 and self._await_ready(actor_idx):
+                    pending[self._call(actor_idx, call.to(group))] = (actor_idx, group, 1)
+                else:
+                    gathered.errors.update({cid: f"its actor (#{actor_idx}) died twice" for cid in group})
+                    print(f"round {call.round + 1}: client actor #{actor_idx} died twice in {call.name}; its "
+                          f"clients {', '.join(map(str, group))} are left out", flush=True)
+                continue
+            answered, host_seconds = answer
+            # what a call costs beyond the host's own work: the Ray round trip, (de)serialising payload and results
+            phases.add(f"{call.name}: actor host work", host_seconds)
+            phases.add(f"{call.name}: actor call beyond it", time.perf_counter() - sent - host_seconds)
+            gathered.add(answered)
+        return gathered
+
+    def _call(self, actor_idx: int, call: ClientCall):
+        return self.actors[actor_idx].call.remote(call.with_payload(None), call.payload)
+
+    def _await_ready(self, actor_idx: int, timeout: float = 120.0) -> bool:
+        """Wait until an actor answers (Ray restarts a dead one), and load it if it is new."""
+        deadline = time.monotonic() + timeout
+        actor = self.actors[actor_idx]
+        while time.monotonic() < deadline:
+            try:
+                if not ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic())):
+                    ray.get(actor.load.remote(self.data_box, self.server.round, self.hosted[actor_idx]),
+                            timeout=max(1.0, deadline - time.monotonic()))
+                    self._loaded(actor_idx)
+                return True
+            except (RayActorError, GetTimeoutError):
+                time.sleep(0.5)
+        return False
+
+    def _loaded(self, actor_idx: int) -> None:
+        """Count a load after the first as a restart, and record it in actors.json."""
+        if self.loaded[actor_idx]:
+            self.restarts[actor_idx] += 1
+            from orchestrator.ray_runtime.actors import write_actor_info
+
+            write_actor_info(self.run_dir, self.info())
+        self.loaded[actor_idx] = True
+
+    def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
+        for idx in range(len(self.actors)):  # an actor restarted since the last call gets its data and state back
+            self._await_ready(idx)
+        changed: dict[int, dict[str, Any]] = {}
+        for part in ray.get([a.checkpoint_states.remote(since, until, keep) for a in self.actors]):
+            changed.update(part)
+        return changed
+
+    def info(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Each client actor's `info`; with a timeout, an actor that does not answer in time (lost, or waiting
+        for a node to restart on) is listed as unreachable instead of holding up the caller."""
+        refs = [a.info.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        out = []
+        for idx, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref) if ref in ready else {"unreachable": True, "clients": self.hosted[idx]})
+            except RayActorError:
+                out.append({"unreachable": True, "clients": self.hosted[idx]})
+        return [info | {"restarts": n} for info, n in zip(out, self.restarts)]

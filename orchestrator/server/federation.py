@@ -1,0 +1,250 @@
+"""The round logic, without Ray: the server loop that drives the clients, and the whole run in one process.
+
+`Server` is what the coordinator actor runs; a client host (orchestrator/clients/client_host.py) is what a client actor
+runs. Both are plain objects, so the same round runs in one process (`run_in_process`: the tests' harness and the
+benchmarks' bare-loop floor) and on Ray (orchestrator/ray_runtime/actors.py), with the same numbers: every random draw comes
+from (run seed, round, client id), and updates are folded in client-id order. The server asks its clients through
+a `CallClients`: a typed call in (orchestrator/clients/client_calls.py), each client's result, the partial sums and the
+failures out.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.clients.partial_sums import fold_partial_sums, sums_updates
+from orchestrator.experiment.method_settings import nonfinite_loss_advice
+from orchestrator.experiment.methods import build_algorithm, server_optimizer_of, server_optimizer_step
+from orchestrator.io.history_codec import HistoryText, decoded
+from orchestrator.reporting.phases import Phases
+from orchestrator.server.buffered import BufferedAggregation, run_version
+from orchestrator.server.calibration import calibrated_state
+from orchestrator.server.evaluation import (
+    accuracies_on_test_sets,
+    named_for_split,
+    personalized_eval_clients,
+    personalized_summary,
+)
+from orchestrator.server.participation import Participation
+from tasks.algorithms import ClientUpdate
+from tasks.algorithms.base import State, derive_seed, nbytes
+from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
+from tasks.algorithms.faults import method_hook
+from tasks.data.federated import FederatedData
+from tasks.privacy.server import ServerPrivacy
+
+SAMPLING_STREAM = 0x5A3
+
+
+def client_costs(data: FederatedData, train) -> list[float]:
+    """Each client's local work in optimizer steps (what balancing clients over actors weighs)."""
+    if train.local_steps:
+        return [float(train.local_steps)] * data.num_clients
+    per_epoch = [(n // train.batch_size if train.drop_last else -(-n // train.batch_size)) for n in data.train_sizes()]
+    return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
+
+
+# ------------------------------------------------------------------------------------------- server
+class NonFiniteLoss(ValueError):
+    """A client's training loss was NaN or infinite (train.on_nonfinite_loss = stop)."""
+
+
+def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int,
+                        advice: str = "lower train.optimizer.lr (or set train.grad_clip)") -> None:
+    """Before aggregation, so the global state stays the last finite one; `advice`: the likely cure
+    (orchestrator/experiment/method_settings.py: nonfinite_loss_advice)."""
+    for cid in sorted(results):
+        loss = results[cid].metrics.get("train_loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLoss(f"round {round_idx + 1}: client {cid} reported training loss {float(loss)}; "
+                                f"{advice}, or set train.on_nonfinite_loss=continue to go on regardless")
+
+
+def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
+    """The clients of round t: uniform without replacement, from (seed, t) alone."""
+    if per_round >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, round_idx, SAMPLING_STREAM))
+    return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
+
+
+# call(ClientCall) -> ClientResults: the call for each of its clients, in this process or on the client actors
+CallClients = Callable[[ClientCall], ClientResults]
+
+
+def in_process_calls(host: ClientHost) -> CallClients:
+    """The host's answers in this process."""
+    return host.call
+
+
+class Server:
+    """The global state and the round loop: sample, broadcast, collect, aggregate, evaluate."""
+
+    def __init__(self, cfg, data: FederatedData):
+        self.cfg = cfg
+        self.algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+        self.test_sets = {k: xy for k, xy in data.test_sets().items() if len(xy[1])}  # none with test_fraction 0
+        self.probe = probe_inputs(self.test_sets, cfg.eval.probe_per_class) if cfg.eval.diagnostics else None
+        self.num_clients = data.num_clients
+        self.eval_clients = personalized_eval_clients(cfg.seed, data.num_clients, cfg.eval.personalized_clients)
+        self.round = 0
+        self.state = self.algorithm.init_global()
+        self.history: list[dict[str, Any]] = []
+        self.history_text = HistoryText()  # the history as checkpoints hold it, each round encoded once
+        self.bytes_total = 0
+        self.set_up = not self.algorithm.capabilities().setup_exchange
+        self.phases = Phases()  # where the rounds' time goes (`mooring run --profile`); never in the history
+        self.summed = sums_updates(self.algorithm, cfg)
+        self.server_optimizer = server_optimizer_of(cfg)  # algorithm.server_optimizer, or None
+        # availability, speeds, deadlines, dropouts on a simulated clock (orchestrator/server/participation.py)
+        sync = cfg.participation.active and cfg.participation.mode == "sync"
+        self.participation = Participation(cfg, data) if sync else None
+        # FedBuff-style asynchronous aggregation instead of rounds (orchestrator/server/buffered.py)
+        self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
+        self.privacy = ServerPrivacy(cfg.privacy_settings, self.algorithm.name, cfg.seed, data.num_clients,
+                                     cfg.clients_per_round)
+        # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
+        # clients' compute is (orchestrator/ray_runtime/actors.py: a client actor's GPU)
+        self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
+            self.algorithm, state, self.test_sets, self.cfg.eval.batch_size)
+
+    # ------------------------------------------------------------------ checkpointable state
+    def snapshot(self) -> dict[str, Any]:
+        snap = {"round": self.round, "state": self.state, "history": self.history_text.of(self.history),
+                "bytes_total": self.bytes_total, "set_up": self.set_up, "privacy": self.privacy.snapshot()}
+        clock = self.participation or self.buffered
+        return snap | ({"participation": clock.snapshot()} if clock else {})
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.round, self.state, self.history = snap["round"], snap["state"], decoded(snap["history"])
+        self.history_text = HistoryText()
+        self.bytes_total, self.set_up = snap["bytes_total"], snap["set_up"]
+        clock = self.participation or self.buffered
+        if clock:
+            clock.restore(snap["participation"])
+        self.privacy.restore(snap.get("privacy", {}))
+
+    # ------------------------------------------------------------------ one round
+    def setup(self, contributions: list) -> None:
+        with method_hook(self.algorithm, -1):
+            self.state = self.algorithm.server_setup(self.state, contributions)
+        self.set_up = True
+
+    def run_round(self, call: CallClients) -> dict[str, Any]:
+        """One round (or buffered version); a method's exception in it leaves as a MethodError naming its hook
+        (tasks/algorithms/faults.py), its clients' raised where they ran."""
+        with method_hook(self.algorithm, self.round):
+            if self.buffered is not None:
+                return run_version(self, call)
+            return self._run_round(call)
+
+    def _run_round(self, call: CallClients) -> dict[str, Any]:
+        t, phase = self.round, self.phases
+        with phase("round: sample, payload"):
+            payload = self.privacy.payload(self.algorithm.payload(self.state, t))
+            plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
+            # with a participation plan, the clients available, in time, not dropped out
+            sampled = plan.kept if plan is not None else sample_clients(self.cfg.seed, t, self.num_clients,
+                                                                         self.cfg.clients_per_round)
+        cids, failed, pre_bytes = sampled, [], 0
+        if self.algorithm.capabilities().pre_round_exchange:
+            with phase("round: pre-round exchange"):
+                answered = call(ClientCall(CallKind.PRE_ROUND, payload, sampled, t))
+                contributions, failed = answered.results, answered.failed
+                cids = sorted(contributions)  # a client that failed here sits this round out
+                pre_bytes = nbytes([contributions[c] for c in cids])
+                self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
+                payload = self.privacy.payload(self.algorithm.payload(self.state, t))
+        with phase("round: clients' updates"):
+            trained = call(ClientCall(CallKind.UPDATE, payload, cids, t, summed=self.summed))
+            results, partials, failed_training = trained.results, trained.partial_sums, trained.failed
+        with phase("round: aggregate"):
+            if self.cfg.train.on_nonfinite_loss == "stop":
+                check_finite_losses(results, t, nonfinite_loss_advice(self.cfg))
+            updates = [results[c] for c in sorted(results)]
+            before = self.state
+            if self.summed and updates:
+                self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
+            elif not self.summed:
+                self.state = self.algorithm.aggregate(self.state, updates, t)
+            if self.server_optimizer is not None and updates:
+                self.state = server_optimizer_step(self.algorithm, self.server_optimizer, before, self.state)
+            self.state = self.privacy.private_state(self.state, updates, t, self.summed)
+        self.round = t + 1
+        with phase("round: metrics"):
+            payload_bytes = nbytes(payload)
+            metrics = self._round_metrics(t, payload_bytes, sampled, updates, sorted(failed + failed_training),
+                                          pre_bytes + sum(p.bytes_sent for p in partials))
+            if self.cfg.eval.diagnostics:
+                metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
+            metrics.update(self.privacy.metrics(self.round))
+            if plan is not None:
+                metrics.update(self.participation.close(plan, metrics, payload_bytes))
+        if self._eval_due():
+            with phase("round: evaluate"):
+                metrics.update(self.evaluate(call))
+        self.history.append(metrics)
+        return metrics
+
+    def _eval_due(self) -> bool:
+        return self.round % self.cfg.eval.every == 0 or self.round == self.cfg.train.rounds
+
+    def _round_metrics(self, t, payload_bytes: int, cids, updates: list[ClientUpdate], failed: list[int],
+                       pre_round_bytes: int = 0) -> dict[str, Any]:
+        bytes_down = payload_bytes * len(cids)
+        bytes_up = sum(u.bytes_sent for u in updates) + pre_round_bytes
+        self.bytes_total += bytes_down + bytes_up
+        n = sum(u.num_samples for u in updates)
+        losses = [(u.metrics.get("train_loss"), u.num_samples) for u in updates if "train_loss" in u.metrics]
+        m: dict[str, Any] = {
+            "round": t + 1, "clients": len(cids), "clients_failed": len(failed),
+            "bytes_down": bytes_down, "bytes_up": bytes_up, "bytes_total": self.bytes_total,
+        }
+        if losses and n:
+            m["train_loss"] = sum(loss * k for loss, k in losses) / max(1, sum(k for _, k in losses))
+        m.update(self.algorithm.round_metrics(self.state, updates, t))
+        return m
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, call: CallClients | None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        state = self.state
+        if self.cfg.algorithm.calibration is not None and call is not None:  # CCVR: the calibrated model is judged
+            state, calibration_metrics = calibrated_state(self, call)
+            out.update(calibration_metrics)
+        accs = self.global_accuracies(state)
+        if accs:  # None without a global model, {} without a global test set
+            out["accuracy"] = float(np.mean(list(accs.values())))
+            if len(accs) > 1:
+                out["accuracy_worst"] = min(accs.values())
+                out.update({f"accuracy_{k}": v for k, v in accs.items()})
+        if self.algorithm.capabilities().personalized and call is not None:
+            payload = self.algorithm.payload(self.state, self.round)
+            per_client = call(ClientCall(CallKind.EVALUATE, payload, self.eval_clients, self.round)).results
+            out.update(personalized_summary(per_client))
+        return named_for_split(out, self.cfg.eval.split)
+
+
+# ------------------------------------------------------------------------------ one process, no Ray
+def run_in_process(cfg, data: FederatedData, rounds: int | None = None, on_round=None,
+                   states_dir: str | None = None) -> list[dict[str, Any]]:
+    """The whole federated run in this process: one host for all clients, serially; with `states_dir`, the
+    clients' states are written there and at most `resources.resident_clients` of them kept in memory."""
+    store = ClientStateStore(states_dir, cfg.resources.resident_clients) if states_dir else None
+    host = ClientHost(cfg, data, list(range(data.num_clients)), store=store)
+    server = Server(cfg, data)
+    if not server.set_up:
+        server.setup([host.setup_contribution(c) for c in range(data.num_clients)])
+
+    call = in_process_calls(host)
+    for _ in range(cfg.train.rounds if rounds is None else rounds):
+        metrics = server.run_round(call)
+        if on_round is not None:
+            on_round(metrics)
+    return server.history

@@ -189,12 +189,25 @@ def key_line(key: ConfigKey) -> str:
 # ---------------------------------------------------------------------------------- algorithm interface
 def algorithm_reference() -> str:
     """tasks/algorithms/base.py's module docstring, then each public class (with its methods) and function, in
-    the file's order, with its signature and docstring."""
+    the file's order, with its signature and docstring; then those of the shared types it re-exports
+    (tasks/types.py, tasks/seeds.py)."""
+    from tasks import seeds, types
     from tasks.algorithms import base
 
-    lines = ["# Algorithm interface", "", "Generated from the docstrings of `tasks/algorithms/base.py` when the "
-             "site is built.", "", indent_block(inspect.getdoc(base) or ""), ""]
-    for name, obj in defined_in(base):
+    lines = ["# Algorithm interface", "", "Generated from the docstrings of `tasks/algorithms/base.py`, "
+             "`tasks/types.py` and `tasks/seeds.py` when the site is built (a method imports all of it from "
+             "`tasks.algorithms.base`).", "", indent_block(inspect.getdoc(base) or ""), ""]
+    for module in (base, types, seeds):
+        if module is not base:
+            lines += [f"## From `{module.__name__}`", "", indent_block(inspect.getdoc(module) or ""), ""]
+        lines += interface_entries(module)
+    return "\n".join(lines)
+
+
+def interface_entries(module) -> list[str]:
+    """Each public class (with its methods) and function `module` defines, with its signature and docstring."""
+    lines: list[str] = []
+    for name, obj in defined_in(module):
         kind = "class" if inspect.isclass(obj) else "def"
         lines += [f"## {name}", "", "```python", f"{kind} {name}{signature(obj)}", "```", "",
                   escape(written_doc(obj)), ""]
@@ -202,7 +215,7 @@ def algorithm_reference() -> str:
             for method_name, method in defined_in(obj):
                 lines += [f"### {name}.{method_name}", "", "```python", f"def {method_name}{signature(method)}",
                           "```", "", escape(written_doc(method)), ""]
-    return "\n".join(lines)
+    return lines
 
 
 def written_doc(obj) -> str:

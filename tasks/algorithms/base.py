@@ -27,13 +27,11 @@ checkpointed with `torch.save` and loaded with `weights_only=True` (no pickled c
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,13 +39,25 @@ from torch import nn
 from torch.func import functional_call
 
 from tasks.algorithms.capabilities import Capabilities, derive_capabilities
-from tasks.algorithms.faults import checked_loss
+from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 from tasks.privacy.mechanisms import clip_rows
 from tasks.privacy.settings import StatsDP
 
-State = dict[str, Any]
+# The shared types and seeds live in modules that import nothing else of Mooring (tasks/types.py, tasks/seeds.py),
+# so that data and privacy need not import the algorithms; a method imports them here, as it always has.
+from tasks.seeds import derive_seed, derive_seeds, seeded_generator  # noqa: F401  (re-exported)
+from tasks.types import (  # noqa: F401  (re-exported)
+    ClientData,
+    ClientUpdate,
+    RoundContext,
+    State,
+    TrainSettings,
+    nbytes,
+    to_device,
+    weighted_average,
+)
 
 
 # ------------------------------------------------------------------------------ hyperparameters
@@ -83,31 +93,6 @@ class NoParams(HyperParams):
 
 # ------------------------------------------------------------------------------- what a run sees
 @dataclass(frozen=True)
-class TrainSettings:
-    """The `train` section of the config, as plain values."""
-
-    rounds: int = 20
-    local_epochs: int = 1
-    local_steps: int | None = None
-    batch_size: int = 32
-    drop_last: bool = False
-    optimizer: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    schedule: str = "constant"
-    gamma: float = 0.99
-    grad_clip: float | None = None
-
-    def lr_at(self, round_idx: int) -> float:
-        if self.schedule == "exponential":
-            return self.lr * self.gamma**round_idx
-        if self.schedule == "cosine":
-            return 0.5 * self.lr * (1 + math.cos(math.pi * round_idx / max(1, self.rounds)))
-        return self.lr
-
-
-@dataclass(frozen=True)
 class Setup:
     """What an algorithm is built with: the task's shape and the model and training it runs."""
 
@@ -124,144 +109,8 @@ class Setup:
     averaging: str | None = None  # algorithm.averaging: "samples" | "uniform"; None: the method's default_averaging
 
 
-@dataclass
-class ClientData:
-    client_id: int
-    x: torch.Tensor  # training split
-    y: torch.Tensor
-    x_test: torch.Tensor  # the client's own test split (personalized evaluation)
-    y_test: torch.Tensor
-    num_classes: int
-    domain: int = 0
-    # the global test set as this client sees it (its domain's rotation), for methods whose personalized
-    # evaluation weights the global test set per client (docs/methods/fednh.md §5)
-    global_x_test: torch.Tensor | None = None
-    global_y_test: torch.Tensor | None = None
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.y)
-
-    def class_counts(self) -> torch.Tensor:
-        return torch.bincount(self.y, minlength=self.num_classes)
-
-
-@dataclass
-class RoundContext:
-    """One client's view of one round: its seeded generator, the learning rate, the device."""
-
-    round: int
-    seed: int
-    train: TrainSettings
-    generator: torch.Generator
-    device: torch.device = torch.device("cpu")
-    # what the engine that trains the client records on the way, for client_result: the training batches' detached
-    # features summed per class (a ClassMeans) where the objective asks (LocalObjective.record_seen: FedProto's
-    # upload), or a method's own record (FedFA's anchor estimate)
-    recorded: Any = None
-    # the number of optimizer steps this client takes this round (local_sgd.local_step_count), set by the host
-    # that trains it, so a method reads K here rather than drawing the batches again (SCAFFOLD, FedNova)
-    local_steps: int | None = None
-
-    @property
-    def lr(self) -> float:
-        return self.train.lr_at(self.round)
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from (run seed, round, client id, ...): the same wherever and whenever it is computed."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
-
-
-def seeded_generator(*parts: int) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(*parts))
-
-
-# numpy's SeedSequence constants (numpy/random/bit_generator.pyx), for derive_seeds
-_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
-_MIX_L, _MIX_R, _POOL, _M32 = 0xCA01F9DD, 0x4973F715, 4, np.uint64(0xFFFFFFFF)
-
-
-def derive_seeds(rows: np.ndarray) -> list[int]:
-    """derive_seed(*row) for every row of an [n, parts] integer array at once: numpy's SeedSequence mixing
-    (entropy pool of 4 words, 2 uint64 words of state) written over arrays, since one SeedSequence per client
-    costs ~25 µs, a tenth of a tiny client's whole update. Equal to derive_seed bit for bit (tested)."""
-    words = (np.asarray(rows, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint64)
-    n, parts = words.shape
-    const = [_INIT_A]
-
-    def hashmix(value: np.ndarray) -> np.ndarray:
-        value = value ^ np.uint64(const[0])
-        const[0] = (const[0] * _MULT_A) & 0xFFFFFFFF
-        value = (value * np.uint64(const[0])) & _M32
-        return value ^ (value >> np.uint64(16))
-
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        result = (np.uint64(_MIX_L) * x - np.uint64(_MIX_R) * y) & _M32
-        return result ^ (result >> np.uint64(16))
-
-    pool = [hashmix(words[:, i] if i < parts else np.zeros(n, dtype=np.uint64)) for i in range(_POOL)]
-    for src in range(_POOL):
-        for dst in range(_POOL):
-            if src != dst:
-                pool[dst] = mix(pool[dst], hashmix(pool[src]))
-    for src in range(_POOL, parts):
-        for dst in range(_POOL):
-            pool[dst] = mix(pool[dst], hashmix(words[:, src]))
-    const_b, state = _INIT_B, []
-    for word in pool[:2]:  # generate_state(2, uint64): four uint32 words, of which the first two make word 0
-        value = word ^ np.uint64(const_b)
-        const_b = (const_b * _MULT_B) & 0xFFFFFFFF
-        value = (value * np.uint64(const_b)) & _M32
-        state.append(value ^ (value >> np.uint64(16)))
-    return (((state[1] << np.uint64(32)) | state[0]) >> np.uint64(1)).tolist()
-
-
-def nbytes(obj: Any) -> int:
-    """Bytes of every tensor/array in a nested structure: what a message costs on the wire."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, np.ndarray):
-        return obj.nbytes
-    if isinstance(obj, dict):
-        return sum(nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    return 0
-
-
-def to_device(obj: Any, device: torch.device | str) -> Any:
-    """The same nested structure (dicts, lists, tuples, dataclasses such as ClientData and ClientUpdate) with
-    every tensor on `device`. A tensor already there is shared, not copied; other values are kept as they are."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(v, device) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: to_device(getattr(obj, f.name), device)
-                                           for f in dataclasses.fields(obj) if f.init})
-    return obj
-
-
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-@dataclass
-class ClientUpdate:
-    """What one client sends back: shared tensors, per-class statistics, and metrics (never raw data)."""
-
-    client_id: int
-    num_samples: int
-    tensors: State = field(default_factory=dict)  # model tensors (or the parts an algorithm shares)
-    stats: State = field(default_factory=dict)  # per-class feature sums/counts, local anchors, prototypes
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def bytes_sent(self) -> int:
-        return nbytes(self.tensors) + nbytes(self.stats)
 
 
 # ------------------------------------------------------------------------------------ the interface
@@ -487,21 +336,6 @@ def state_of(model: nn.Module) -> State:
 def on_device(tensors: State, device) -> State:
     """The tensors of a flat state on `device` (on CPU: the very same tensor objects)."""
     return {k: v.to(device) for k, v in tensors.items()}
-
-
-def weighted_average(states: list[State], weights: list[float]) -> State:
-    """Σ_k w_k·state_k / Σ_k w_k, tensor by tensor, in the given order (deterministic)."""
-    total = float(sum(weights))
-    out: State = {}
-    for key, ref in states[0].items():
-        if not torch.is_floating_point(ref):
-            out[key] = ref.clone()  # integer buffers (BatchNorm's num_batches_tracked)
-            continue
-        acc = torch.zeros_like(ref, dtype=torch.float64)
-        for s, w in zip(states, weights):
-            acc += s[key].to(torch.float64) * (w / total)
-        out[key] = acc.to(ref.dtype)
-    return out
 
 
 def make_optimizer(params, ctx: RoundContext) -> torch.optim.Optimizer:

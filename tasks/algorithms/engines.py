@@ -41,7 +41,7 @@ from tasks.algorithms.base import (
     batch_indices,
     training_only,
 )
-from tasks.algorithms.faults import checked_loss
+from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.privacy.mechanisms import clip_rows
 

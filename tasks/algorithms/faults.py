@@ -14,31 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import torch
+from tasks.algorithms.base import Algorithm
+from tasks.algorithms.hook_results import BadHookResult
 
 FRAMES_SHOWN = 4  # the traceback's last frames a MethodError shows
-
-
-def checked_loss(loss):
-    """The loss `local_loss` returned, refused unless a scalar tensor: a float carries no gradient, and a vector
-    (a loss per sample) is no one loss to step on (both engines check it as they get it)."""
-    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
-        return loss
-    what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
-    raise BadHookResult("local_loss", f"local_loss returned {what}; it must return the batch's loss as a 0-dim "
-                                      "tensor computed from params and the model's outputs (so it has a gradient)")
-
-
-class BadHookResult(TypeError):
-    """What a hook returned is not what the runtime takes (a loss that is not a scalar tensor, a client state
-    holding an object torch cannot load safely); the message says what was returned and what is allowed."""
-
-    def __init__(self, hook: str, message: str):
-        super().__init__(message)
-        self.hook = hook
-
-    def __reduce__(self):
-        return BadHookResult, (self.hook, str(self))
 
 
 @dataclass(frozen=True)
@@ -91,8 +70,6 @@ def one_line(err: BaseException) -> str:
 
 def hook_frames(algorithm_class: type) -> set[tuple[str, str]]:
     """(file, function) of every hook of `Algorithm` as `algorithm_class` or one of its bases defines it."""
-    from tasks.algorithms.base import Algorithm
-
     hooks = {name for name, value in vars(Algorithm).items() if callable(value) and not name.startswith("_")}
     out = set()
     for cls in algorithm_class.__mro__:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from tasks.algorithms.base import ClientData
 from tasks.data.datasets import ArrayDataset, normalize_images
 from tasks.data.partition import Partition, rotate_images
+from tasks.types import ClientData
 
 
 @dataclass

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms.base import RoundContext, seeded_generator
 from tasks.privacy.mechanisms import released_class_stats
 from tasks.privacy.settings import StatsDP
+from tasks.seeds import seeded_generator
+from tasks.types import RoundContext
 
 STATS_NOISE_STREAM = 0xD93
 

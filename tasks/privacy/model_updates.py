@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms.base import ClientUpdate, State, seeded_generator, weighted_average
 from tasks.privacy.mechanisms import clipped_update, next_clip, with_gaussian_noise
 from tasks.privacy.settings import ModelDP
+from tasks.seeds import seeded_generator
+from tasks.types import ClientUpdate, State, weighted_average
 
 CLIP_KEY = "privacy_clip"  # the round's clipping norm, sent down with the payload where it adapts
 WITHIN_CLIP = "privacy_within_clip"  # a client's bit b_k (1: its update's norm was within C), for adaptive clipping

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tasks.algorithms.base import ClientUpdate, State
 from tasks.privacy.coverage import SHARES, Shared
 from tasks.privacy.model_updates import ServerModelPrivacy
 from tasks.privacy.settings import Privacy
+from tasks.types import ClientUpdate, State
 
 
 class ServerPrivacy:

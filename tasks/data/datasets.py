@@ -7,46 +7,17 @@ embedded default, `digits_28` the same images upsampled to 28×28; `synthetic` m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from tasks.registry import Registry, not_a_function_of_one
-
-
-@dataclass
-class ArrayDataset:
-    name: str
-    x_train: np.ndarray  # float32, (N, C, H, W)
-    y_train: np.ndarray  # int64, (N,)
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-    # naturally split data: each sample's owner (a writer, a speaking role, a user) as an int64 id, and the names
-    owners: np.ndarray | None = None
-    test_owners: np.ndarray | None = None
-    owner_names: list[str] | None = None
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
-
-
-class DatasetNotFound(Exception):
-    """A dataset's files are not where the config says; the message names the directory and the files."""
-
-
-class DataFileError(Exception):
-    """A dataset file is there but is not what its format says; the message names the file and the problem."""
-
-
-def not_a_loader(obj: object) -> str | None:
-    """Why `obj`, found outside Mooring, cannot be a dataset loader (None: it can)."""
-    return not_a_function_of_one(obj, "a dataset loader (a function (data options) -> ArrayDataset)")
-
-
-# A loader takes (data options) and returns an ArrayDataset. Options: see orchestrator/experiment/config.py DataConfig.
-DATASETS: Registry = Registry("dataset", "mooring.datasets", not_a_loader)
+# what a loader returns and the registry it joins, in a module the loaders import (tasks/data/dataset_types.py);
+# a loader written outside Mooring imports them here, as it always has
+from tasks.data.dataset_types import (  # noqa: F401  (re-exported)
+    DATASETS,
+    ArrayDataset,
+    DataFileError,
+    DatasetNotFound,
+    not_a_loader,
+)
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.datasets import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
+from tasks.data.dataset_types import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
 from tasks.data.text import LETTERS, VOCAB_SIZE, encode_fixed
 from tasks.json_data import JsonProblem, parse_json
 

@@ -17,7 +17,7 @@ from enum import Enum
 import numpy as np
 
 from tasks.data.datasets import ArrayDataset
-from tasks.data.partition import Partition, PartitionError, group_by
+from tasks.data.partition_types import Partition, PartitionError, group_by
 
 
 class Select(str, Enum):

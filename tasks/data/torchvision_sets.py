@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tasks.data.datasets import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
+from tasks.data.dataset_types import DATASETS, ArrayDataset, DataFileError, DatasetNotFound
 
 # torchvision's EMNIST `letters` labels run 1..26 (0 is an unused "N/A" class); they are shifted to 0..25.
 EMNIST_NUM_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}

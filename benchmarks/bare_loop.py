@@ -76,7 +76,7 @@ def prepare_workload(cfg):
     """The clients' data, every round's sampled clients and the global test set, from the config and its seed;
     and the prepared data (FederatedData)."""
     from orchestrator.experiment.datasets import prepare_data
-    from orchestrator.server.federation import sample_clients
+    from orchestrator.server.sampling import sample_clients
 
     data = prepare_data(cfg)
     clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]

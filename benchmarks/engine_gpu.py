@@ -58,7 +58,7 @@ def rounds_seconds(cfg, device: str, rounds: int) -> list[float]:
     from orchestrator.clients.client_calls import CallKind, ClientCall
     from orchestrator.clients.client_host import ClientHost
     from orchestrator.experiment.datasets import prepare_data
-    from orchestrator.server.federation import sample_clients
+    from orchestrator.server.sampling import sample_clients
 
     data = prepare_data(cfg)
     host = ClientHost(cfg, data, list(range(data.num_clients)), device=device)

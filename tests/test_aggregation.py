@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import torch
 
-from orchestrator.server.federation import sample_clients
+from orchestrator.server.sampling import sample_clients
 from tasks.algorithms.base import ClientUpdate, Setup, local_batches, nbytes, weighted_average
 from tasks.algorithms.fedavg import FedAvg
 from tasks.algorithms.fedprox import proximal_term

@@ -125,6 +125,6 @@ def test_a_method_without_client_state_writes_none(tmp_path):
 
 
 def sample(cfg, round_idx: int) -> list[int]:
-    from orchestrator.server.federation import sample_clients
+    from orchestrator.server.sampling import sample_clients
 
     return sample_clients(cfg.seed, round_idx, cfg.data.num_clients, cfg.clients_per_round)

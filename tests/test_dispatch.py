@@ -10,7 +10,8 @@ from orchestrator.clients.client_host import ClientHost
 from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
-from orchestrator.server.federation import Server, client_costs, in_process_calls
+from orchestrator.server.federation import Server, in_process_calls
+from orchestrator.server.sampling import client_costs
 from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
@@ -96,7 +97,7 @@ def test_a_client_that_raises_stops_its_call_and_its_actor_goes_on(ray_session, 
     and the actor answers the next one."""
     import ray
 
-    from orchestrator.ray_runtime.actors import ClientActor
+    from orchestrator.ray_runtime.client_actor import ClientActor
 
     cfg = load_config("configs/default.yaml", TINY + workdir + ["algorithm.name=local"])
     data = prepare_data(cfg)

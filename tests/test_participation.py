@@ -16,7 +16,7 @@ from orchestrator.clients.client_store import FRESH
 from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.reporting.results import summary_metrics
-from orchestrator.server.federation import Server, in_process_calls, run_in_process, sample_clients
+from orchestrator.server.federation import Server, in_process_calls, run_in_process
 from orchestrator.server.participation import (
     Availability,
     ClientSystems,
@@ -25,6 +25,7 @@ from orchestrator.server.participation import (
     spread,
     time_to_accuracy,
 )
+from orchestrator.server.sampling import sample_clients
 from pipelines.compare import Comparison, format_table, summary_table
 
 TINY = ["data.num_clients=8", "train.rounds=3", "train.local_epochs=1", "train.clients_per_round=3"]

@@ -60,7 +60,7 @@ def test_resume_continues_to_the_uninterrupted_history(ray_session, workdir):
     """Local, 2 of 6 clients a round, one state in memory per actor: each checkpoint names only the state files
     of the clients trained since the previous one, and the resumed run reads them back."""
     from orchestrator.io import checkpoint as ckpt
-    from orchestrator.server.federation import sample_clients
+    from orchestrator.server.sampling import sample_clients
 
     cfg = load_config("configs/default.yaml", FAST + workdir + ["algorithm.name=local", "resources.num_actors=2",
                                                                  "resources.resident_clients=1", "resources.clients_on=coordinator",

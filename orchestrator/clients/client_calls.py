@@ -4,6 +4,7 @@ out. The same objects travel in one process (orchestrator/server/federation.py: 
 (orchestrator/ray_runtime/actors.py), so a round reads the same on both."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -64,3 +65,6 @@ class ClientResults:
     def failed(self) -> list[int]:
         return sorted(self.errors)
 
+
+# call(ClientCall) -> ClientResults: the call for each of its clients, in this process or on the client actors
+CallClients = Callable[[ClientCall], ClientResults]

@@ -7,9 +7,9 @@ method's exception leaves as a MethodError naming its client(s) and round (tasks
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from orchestrator.clients.client_calls import ClientCall, ClientResults
+from orchestrator.clients.engine_host import EngineHost
 from orchestrator.clients.partial_sums import PartialSum, sum_updates
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import nbytes, to_device
@@ -21,9 +21,6 @@ from tasks.algorithms.engines import (
     train_rounds,
 )
 from tasks.algorithms.faults import method_hook
-
-if TYPE_CHECKING:
-    from orchestrator.clients.client_host import ClientHost
 
 
 def results_of(updates: dict[int, ClientUpdate], summed: bool, uniform: bool,
@@ -43,7 +40,7 @@ def results_of(updates: dict[int, ClientUpdate], summed: bool, uniform: bool,
 class SequentialEngine:
     """Each client's `client_update` in turn, seeded from (run seed, round, client)."""
 
-    def __init__(self, host: ClientHost):
+    def __init__(self, host: EngineHost):
         self.host = host
 
     def updates(self, call: ClientCall) -> ClientResults:
@@ -58,7 +55,7 @@ class VectorizedEngine:
     method that sends its trained model as it is (FedAvg) and keeps no client state has its partial sum taken
     straight from the stacked models."""
 
-    def __init__(self, host: ClientHost):
+    def __init__(self, host: EngineHost):
         self.host = host
         self.single = SequentialEngine(host)
         capabilities = host.algorithm.capabilities()

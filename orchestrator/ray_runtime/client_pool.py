@@ -54,7 +54,7 @@ class CoordinatorClients:
     def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
         import torch
 
-        from orchestrator.ray_runtime.actors import host_for_run
+        from orchestrator.ray_runtime.client_actor import host_for_run
 
         torch.set_num_threads(max(1, int(cfg.resources.cpus_per_actor)))
         self.host = host_for_run(cfg, data, list(range(data.num_clients)), run_dir, rounds_done)
@@ -69,13 +69,13 @@ class CoordinatorClients:
             return self.host.call(call)
 
     def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
-        from orchestrator.ray_runtime.actors import checkpoint_states
+        from orchestrator.ray_runtime.client_actor import checkpoint_states
 
         return checkpoint_states(self.host, since, until, keep)
 
     def info(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """One entry, in actors.json's form: the coordinator's process hosting every client."""
-        from orchestrator.ray_runtime.actors import host_info
+        from orchestrator.ray_runtime.client_actor import host_info
 
         return [{"in_coordinator": True, **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
 
@@ -112,7 +112,7 @@ class ActorPool:
     loaded by `start`."""
 
     def __init__(self, cfg, num_actors: int, run_dir: str):
-        from orchestrator.ray_runtime.actors import ClientActor
+        from orchestrator.ray_runtime.client_actor import ClientActor
 
         self.cfg, self.run_dir = cfg, run_dir
         res = cfg.resources
@@ -249,7 +249,7 @@ class ActorPool:
         """Count a load after the first as a restart, and record it in actors.json."""
         if self.loaded[actor_idx]:
             self.restarts[actor_idx] += 1
-            from orchestrator.ray_runtime.actors import write_actor_info
+            from orchestrator.ray_runtime.client_actor import write_actor_info
 
             write_actor_info(self.run_dir, self.info())
         self.loaded[actor_idx] = True

@@ -53,7 +53,7 @@ SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
 def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
     """Whether the run's clients train in the coordinator's process (resources.clients_on)."""
     from orchestrator.experiment.methods import build_algorithm
-    from orchestrator.server.federation import client_costs
+    from orchestrator.server.sampling import client_costs
     from tasks.algorithms.engines import choose_engine
 
     res = cfg.resources

@@ -3,21 +3,30 @@ the global model, the classifier calibrated on virtual features, and the calibra
 the global one (the uncalibrated accuracy is logged beside it). Training goes on from the uncalibrated state."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
-from orchestrator.clients.client_calls import CallKind, ClientCall
-from tasks.algorithms.base import State, nbytes, seeded_generator, state_of
+from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall
+from tasks.algorithms.base import Algorithm, State, nbytes, seeded_generator, state_of
 from tasks.algorithms.ccvr import calibrate
-
-if TYPE_CHECKING:
-    from orchestrator.server.federation import CallClients, Server
 
 CALIBRATION_STREAM = 0xCC7  # the virtual features' and the calibration batches' draws: (seed, round, stream)
 
 
-def calibrated_state(server: Server, call: CallClients) -> tuple[State, dict[str, float]]:
+class CalibratedServer(Protocol):
+    """What calibration reads of the server (orchestrator/server/federation.py: `Server`)."""
+
+    cfg: Any
+    algorithm: Algorithm
+    state: State
+    round: int
+    num_clients: int
+    global_accuracies: Callable[[State], dict[str, float] | None]
+
+
+def calibrated_state(server: CalibratedServer, call: CallClients) -> tuple[State, dict[str, float]]:
     """(the server state with its global model calibrated, {accuracy_uncalibrated, bytes_calibration})."""
     model = server.algorithm.global_model(server.state)
     request = ClientCall(CallKind.CALIBRATE, {"model": state_of(model)}, list(range(server.num_clients)), server.round)

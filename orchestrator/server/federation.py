@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall
 from orchestrator.clients.client_host import ClientHost
 from orchestrator.clients.client_store import ClientStateStore
 from orchestrator.clients.partial_sums import fold_partial_sums, sums_updates
@@ -32,22 +32,13 @@ from orchestrator.server.evaluation import (
     personalized_summary,
 )
 from orchestrator.server.participation import Participation
+from orchestrator.server.sampling import sample_clients
 from tasks.algorithms import ClientUpdate
-from tasks.algorithms.base import State, derive_seed, nbytes
+from tasks.algorithms.base import State, nbytes
 from tasks.algorithms.diagnostics import probe_inputs, round_diagnostics
 from tasks.algorithms.faults import method_hook
 from tasks.data.federated import FederatedData
 from tasks.privacy.server import ServerPrivacy
-
-SAMPLING_STREAM = 0x5A3
-
-
-def client_costs(data: FederatedData, train) -> list[float]:
-    """Each client's local work in optimizer steps (what balancing clients over actors weighs)."""
-    if train.local_steps:
-        return [float(train.local_steps)] * data.num_clients
-    per_epoch = [(n // train.batch_size if train.drop_last else -(-n // train.batch_size)) for n in data.train_sizes()]
-    return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
 
 
 # ------------------------------------------------------------------------------------------- server
@@ -64,18 +55,6 @@ def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int,
         if loss is not None and not math.isfinite(float(loss)):
             raise NonFiniteLoss(f"round {round_idx + 1}: client {cid} reported training loss {float(loss)}; "
                                 f"{advice}, or set train.on_nonfinite_loss=continue to go on regardless")
-
-
-def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
-    """The clients of round t: uniform without replacement, from (seed, t) alone."""
-    if per_round >= num_clients:
-        return list(range(num_clients))
-    rng = np.random.default_rng(derive_seed(seed, round_idx, SAMPLING_STREAM))
-    return sorted(int(c) for c in rng.choice(num_clients, per_round, replace=False))
-
-
-# call(ClientCall) -> ClientResults: the call for each of its clients, in this process or on the client actors
-CallClients = Callable[[ClientCall], ClientResults]
 
 
 def in_process_calls(host: ClientHost) -> CallClients:

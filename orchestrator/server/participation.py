@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.server.sampling import client_costs, sample_clients
 from tasks.algorithms.base import derive_seeds
 from tasks.json_data import JsonProblem, parse_json
 
@@ -142,8 +143,6 @@ class ClientSystems:
 
 
 def client_systems(cfg, data) -> ClientSystems:
-    from orchestrator.server.federation import client_costs
-
     system = cfg.participation.system
     n = data.num_clients
     if system.trace is not None:
@@ -230,8 +229,6 @@ def plan_round(selected: list[int], finish: dict[int, float], dropped: set[int],
 def select_clients(seed: int, round_idx: int, available: list[int], count: int) -> list[int]:
     """`count` of the available clients, uniformly from (seed, round): the same draw as the default sampling
     when every client is available."""
-    from orchestrator.server.federation import sample_clients
-
     return [available[i] for i in sample_clients(seed, round_idx, len(available), count)]
 
 

@@ -1,0 +1,161 @@
+"""The import graph of Mooring's four packages, read from the sources with `ast`: no circle, no arrow up.
+
+Every `import` counts as an arrow, wherever it stands: at a module's top, inside a function (imported late to
+keep `mooring --help` fast) or under `if TYPE_CHECKING:`. `import a.b.c` and `from a.b import c` point at the
+module `a.b.c`; `from a.b import name` (a name, not a module) points at the package `a.b`.
+
+The layering rule, lowest first (docs/design.md, "Layout"):
+
+- `tasks/` (the work: data, models, algorithms, privacy) imports nothing else of Mooring;
+- `orchestrator/` (the runtime) imports `tasks/`, never `pipelines/` or `mooring/`, except its CLI layer,
+  `orchestrator/cli.py` and `orchestrator/commands/`, which stands above both runtime and pipelines;
+- `pipelines/` (compositions of runs) imports `orchestrator/` and `tasks/`, never `mooring/`;
+- `mooring/` (the Python API) may import all three.
+
+Inside `orchestrator/`, `orchestrator/types.py`-style leaf modules are not special-cased: the rule is simply
+that no module reaches a module that reaches it back.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("tasks", "orchestrator", "pipelines", "mooring")
+CLI_LAYER = ("orchestrator.cli", "orchestrator.commands")
+# Which top-level packages each may import besides itself.
+MAY_IMPORT = {
+    "tasks": set(),
+    "orchestrator": {"tasks"},
+    "pipelines": {"tasks", "orchestrator"},
+    "mooring": {"tasks", "orchestrator", "pipelines"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules() -> dict[str, Path]:
+    return {module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imported_modules(importer: str, path: Path, known: set[str]) -> set[str]:
+    """The Mooring modules `importer` imports anywhere in its source."""
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            package = _absolute(node, importer, path.name == "__init__.py")
+            for alias in node.names:
+                submodule = f"{package}.{alias.name}"
+                targets.add(submodule if submodule in known else package)
+    return {target for target in targets if target in known and target != importer}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = source_modules()
+    known = set(modules)
+    return {name: imported_modules(name, path, known) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        # Iterative, so a long chain of imports never hits the recursion limit.
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for importer, targets in sorted(graph.items()):
+        layer = importer.split(".")[0]
+        in_cli = any(importer == cli or importer.startswith(cli + ".") for cli in CLI_LAYER)
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if other == layer or other in MAY_IMPORT[layer]:
+                continue
+            if in_cli and other == "pipelines":
+                continue
+            bad.append(f"{importer} -> {target}")
+    return bad
+
+
+def test_the_graph_reads_every_kind_of_import():
+    """The reader itself: late imports, relative imports and `from package import module` are arrows."""
+    graph = import_graph()
+    assert len(graph) > 100
+    # Imported inside a function (the CLI keeps its start-up light).
+    assert "orchestrator.commands.run" in graph["orchestrator.cli"] or any(
+        target.startswith("orchestrator.commands") for target in graph["orchestrator.cli"])
+    assert "tasks.algorithms.base" in graph["tasks.algorithms.fedavg"]
+
+
+def test_no_import_circle():
+    found = cycles(import_graph())
+    assert not found, "import circles (each a set of modules that reach one another):\n" + "\n".join(
+        " <-> ".join(component) for component in found)
+
+
+def test_no_arrow_points_up():
+    bad = arrows_up(import_graph())
+    assert not bad, ("imports against the layering (tasks < orchestrator < pipelines < mooring; only "
+                     "orchestrator.cli and orchestrator.commands may import pipelines):\n" + "\n".join(bad))
+
+
+def test_the_checks_catch_a_circle_and_an_arrow_up():
+    graph = {"tasks.a": {"tasks.b"}, "tasks.b": {"tasks.c"}, "tasks.c": {"tasks.a", "orchestrator.x"},
+             "orchestrator.x": {"pipelines.y"}, "orchestrator.cli": {"pipelines.y"}, "pipelines.y": set()}
+    assert cycles(graph) == [["tasks.a", "tasks.b", "tasks.c"]]
+    assert arrows_up(graph) == ["orchestrator.x -> pipelines.y", "tasks.c -> orchestrator.x"]

@@ -25,7 +25,7 @@ from orchestrator.experiment.datasets import prepare_data
 from orchestrator.experiment.methods import build_algorithm
 from orchestrator.reporting.plots import _save, import_pyplot, plot_against_time
 from orchestrator.server.participation import Participation
-from pipelines.compare import aggregate_metric
+from pipelines.comparison import aggregate_metric
 from tasks.algorithms.base import count_correct
 
 

@@ -32,7 +32,7 @@ def run(source: ConfigSource = None, overrides: Overrides = None, /, *, address:
     config and seed): MLflow run, run directory, checkpoints and all. Local paths in the config are taken from
     the current directory."""
     from orchestrator.driver.run import run_experiment
-    from pipelines.compare import absolute_paths
+    from pipelines.comparison import absolute_paths
 
     with one_line_errors():
         cfg = absolute_paths(resolve(source, overrides, settings))

@@ -10,7 +10,7 @@ import pandas as pd
 
 from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.reporting.results import RunResult, summary_metrics
-from pipelines import compare as compare_pipeline
+from pipelines import comparison
 
 
 def history_frame(history: list[dict[str, Any]]) -> pd.DataFrame:
@@ -70,11 +70,11 @@ class Comparison:
     config: ExperimentConfig
     seeds: list[int]
     out: Path
-    result: compare_pipeline.Comparison
+    result: comparison.Comparison
 
     @property
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame.from_records(compare_pipeline.summary_table(self.result)).set_index("variant")
+        return pd.DataFrame.from_records(comparison.summary_table(self.result)).set_index("variant")
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -105,7 +105,7 @@ class Comparison:
         return comparison_figure(self.result.histories, title)
 
     def __str__(self) -> str:
-        return compare_pipeline.format_table(compare_pipeline.summary_table(self.result))
+        return comparison.format_table(comparison.summary_table(self.result))
 
     def __repr__(self) -> str:
         return f"Comparison({', '.join(self.result.histories)}; seeds {self.seeds}; {self.out})"

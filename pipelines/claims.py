@@ -10,70 +10,14 @@ of a seed), and statements judged on paired per-seed differences to a baseline:
 from __future__ import annotations
 
 import json
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pipelines.compare import Comparison, compare
+from pipelines.paired import Verdict, paired_verdict
 from tasks.json_data import JsonProblem, parse_json
-
-
-@dataclass
-class Verdict:
-    statement: str
-    setting: str
-    method: str
-    baseline: str
-    metric: str
-    method_values: list[float]
-    baseline_values: list[float]
-    diffs: list[float]
-    wins: int
-    needed_wins: int
-    p_value: float | None
-    holds: bool
-    seeds: list[int]  # the seeds both have a value for, in the order of the values and diffs
-
-
-def paired_verdict(check, setting_comp: Comparison, metric: str) -> Verdict:
-    a = setting_comp.values(check.method, metric)
-    b = setting_comp.values(check.baseline, metric)
-    seeds = [s for s in sorted(a) if a[s] is not None and b.get(s) is not None]
-    va, vb = [a[s] for s in seeds], [b[s] for s in seeds]
-    sign = 1.0 if check.expect == "better" else -1.0
-    diffs = [x - y for x, y in zip(va, vb)]
-    wins = sum(1 for d in diffs if sign * d > 0)
-    needed = check.min_wins if check.min_wins is not None else math.ceil(0.8 * len(seeds))
-    p = one_sided_p(diffs, sign)
-    holds = bool(seeds) and sign * float(np.mean(diffs)) > 0 and wins >= needed
-    if check.max_p is not None:
-        holds = holds and p is not None and p < check.max_p
-    return Verdict(check.statement, check.setting, check.method, check.baseline, metric, va, vb, diffs, wins,
-                   needed, p, holds, seeds)
-
-
-def mean_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """The two-sided t-interval of the mean paired difference, mean ± t((1 + level)/2, n − 1) · s / √n with s the
-    sample standard deviation; None with fewer than two differences."""
-    if len(diffs) < 2:
-        return None
-    from scipy.stats import t
-
-    mean, half = float(np.mean(diffs)), float(t.ppf((1 + level) / 2, len(diffs) - 1) * np.std(diffs, ddof=1))
-    half /= math.sqrt(len(diffs))
-    return mean - half, mean + half
-
-
-def one_sided_p(diffs: list[float], sign: float) -> float | None:
-    """Paired t-test p-value for mean(sign · diff) > 0; None when it is undefined (n < 2 or no spread)."""
-    if len(diffs) < 2 or np.std(diffs) == 0:
-        return None
-    from scipy.stats import ttest_1samp
-
-    return float(ttest_1samp(np.asarray(diffs) * sign, 0.0, alternative="greater").pvalue)
 
 
 # ---------------------------------------------------------------------------------------- running

@@ -10,104 +10,20 @@ and the comparison exits non-zero.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from orchestrator.commands.common import add_address_arg, add_config_args
-from tasks.privacy.settings import EPSILON_KEYS
+from pipelines.comparison import Comparison, Job, Stopped, absolute_paths, format_table, summary_table
 
 if TYPE_CHECKING:
     from orchestrator.driver.signals import StopSignals
 
 
-# ------------------------------------------------------------------------------------ metrics of a run
-def aggregate_metric(history: list[dict[str, Any]], spec: str) -> float | None:
-    """A "KEY:AGG" metric of one run: KEY from each round's metrics; AGG final, best, last5, top5, or last5_sync:
-    the mean over the last 5 rounds in which the global model changed (model_update_norm > 0, a diagnostic of
-    tasks/algorithms/diagnostics.py), so that methods which synchronise every a rounds are judged on fresh models."""
-    key, _, agg = spec.partition(":")
-    agg = agg or "final"
-    if agg == "last5_sync":
-        history, agg = [m for m in history if m.get("model_update_norm", 0) > 0], "last5"
-    values = [float(m[key]) for m in history if m.get(key) is not None and not math.isnan(float(m[key]))]
-    if not values:
-        return None
-    if agg == "final":
-        return values[-1]
-    if agg == "best":
-        return max(values)
-    if agg == "last5":
-        return float(np.mean(values[-5:]))
-    if agg == "top5":
-        return float(np.mean(sorted(values)[-5:]))
-    raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5, top5 or last5_sync")
-
-
 # ------------------------------------------------------------------------------------------- running
-@dataclass
-class Job:
-    variant: str
-    seed: int
-    cfg: Any
-    run_dir: str | None = None  # chosen when the run is submitted, so that a stopped run can be named
-
-
-@dataclass
-class Stopped:
-    """What a stop signal left: the signal and the runs that did not finish, each with its run directory
-    (None: never started)."""
-
-    signum: int
-    unfinished: list[Job]
-
-
-@dataclass
-class Comparison:
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    histories: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
-    parent_run_id: str | None = None
-    stopped: Stopped | None = None
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # each variant's overrides of the base
-
-    def values(self, variant: str, spec: str) -> dict[int, float | None]:
-        return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        """The rows of the runs that failed, each with its reason under "failed"."""
-        return [row for row in self.rows if row.get("failed")]
-
-    def require_finished(self, what: str) -> None:
-        """For a caller that reads every run (claims, benchmarks): a failed run is an error, not a missing seed."""
-        if self.failed:
-            from orchestrator.driver.run_errors import RunError
-
-            first = self.failed[0]
-            raise RunError(f"{what}: {len(self.failed)} of {len(self.rows)} runs failed, the first {first['variant']} "
-                           f"seed {first['seed']}: {first['failed']}")
-
-
-def absolute_paths(cfg):
-    """Local paths made absolute, so runs in Ray workers write where the driver reads."""
-    from orchestrator.experiment.config import with_overrides
-    from orchestrator.reporting.tracking import resolve_uri
-
-    overrides = {}
-    for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir),
-                       ("data.root", cfg.data.root)):
-        if "://" not in value:
-            overrides[key] = str(Path(value).absolute())
-    if cfg.tracking.enabled:
-        overrides["tracking.uri"] = resolve_uri(cfg.tracking.uri)
-    return with_overrides(cfg, overrides)
-
-
 def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int) -> list[Job]:
     """Every (variant, seed) run's config, each checked (orchestrator/driver/preflight.py) before any runs: a ConfigError
     with one line per variant refused."""
@@ -275,103 +191,6 @@ def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
 
     cpus = ray.cluster_resources().get("CPU", 1)
     return max(1, int(cpus // (actors_per_run * cpus_per_actor)))
-
-
-# ----------------------------------------------------------------------------------------- reporting
-ACCURACIES = (("global", "final_global_accuracy"), ("personalized", "final_personalized_accuracy"))
-
-LEGEND = ("global: the server's model on the global test set · personalized: each client's own model on its own "
-          "test data · last round, %, mean ± sample standard deviation (n − 1) over seeds · –: no such model · MB sent: model traffic between "
-          "server and clients, both ways, all rounds")
-
-PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model updates, trusted server · ε stats: "
-                  "sample-level, per client, of its class statistics (docs/privacy.md)")
-
-
-def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
-    """Mean and sample standard deviation (n − 1 in the denominator) over seeds; std is None with fewer than two
-    values."""
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None, None
-    return float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-
-
-def summary_table(comp: Comparison) -> list[dict[str, Any]]:
-    """One row per variant, in the order the variants ran: global and personalized accuracy kept apart."""
-    by_variant: dict[str, list[dict]] = {}
-    for row in comp.rows:
-        by_variant.setdefault(row["variant"], []).append(row)
-    table = []
-    for variant, all_rows in by_variant.items():
-        rows = [r for r in all_rows if not r.get("failed")]
-        entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
-        if variant in comp.settings:
-            entry["settings"] = settings_text(comp.settings[variant])
-        for name, key in ACCURACIES:
-            entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
-        entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
-        entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
-        for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
-            entry[key] = mean_std([r.get(key) for r in rows])[0]
-        failed = "; ".join(f"seed {r['seed']}: {r['failed']}" for r in all_rows if r.get("failed"))
-        table.append(entry | clock_columns(rows) | {"failed": failed or None})
-    return table
-
-
-def settings_text(overrides: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in overrides.items())
-
-
-def clock_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """With a simulated clock (the participation block): its mean total over seeds, and the mean time to the
-    target accuracy over the seeds that reached it, with how many did."""
-    if not any(r.get("simulated_seconds") is not None for r in rows):
-        return {}
-    reached = [r["time_to_target"] for r in rows if r.get("time_to_target") is not None]
-    return {"simulated_seconds": mean_std([r.get("simulated_seconds") for r in rows])[0],
-            "time_to_target": mean_std(reached)[0], "target_reached": len(reached)}
-
-
-def format_accuracy(mean: float | None, std: float | None) -> str:
-    if mean is None:
-        return "–"
-    return f"{100 * mean:.2f} %" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f} %"
-
-
-def format_table(table: list[dict[str, Any]]) -> str:
-    """The table; ε columns (models, class statistics) only where some variant ran with privacy noise, the
-    simulated clock's only where some variant ran with a participation block."""
-    clock = any("simulated_seconds" in row for row in table)
-    private = [key for key in EPSILON_KEYS if any(row.get(key) is not None for row in table)]
-    titles = {"dp_epsilon": "ε models", "dp_epsilon_stats": "ε stats"}
-    width = max([28, *(len(row["variant"]) for row in table)])  # a long label keeps the columns aligned
-    lines = [f"{'variant':<{width}} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
-             + "".join(f" {titles[key]:>9}" for key in private)
-             + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")]
-    for row in table:
-        acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
-        mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
-        eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
-        lines.append(f"{row['variant']:<{width}} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
-                     + (f" {format_clock(row)}" if clock else ""))
-        if row.get("failed"):
-            lines.append(f"  FAILED {row['variant']}: {row['failed']}")
-    settings = [f"  {row['variant']}: {row['settings']}" for row in table if row.get("settings")]
-    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
-    return "\n".join(lines + (["settings (over the base config):", *settings] if settings else []) + legend)
-
-
-def clock_cells(row: dict[str, Any]) -> tuple[str, str]:
-    """The simulated total and the time to target (seeds that reached it / seeds), or dashes."""
-    total = "–" if row.get("simulated_seconds") is None else f"{row['simulated_seconds']:.0f}"
-    target = "–" if row.get("time_to_target") is None else f"{row['time_to_target']:.0f} ({row['target_reached']}/{row['seeds']})"
-    return total, target
-
-
-def format_clock(row: dict[str, Any]) -> str:
-    total, target = clock_cells(row)
-    return f"{total:>9} {target:>14}"
 
 
 def parent_metrics(table: list[dict[str, Any]]) -> dict[str, float]:

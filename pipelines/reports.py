@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.reporting import report
-from pipelines.compare import ACCURACIES, LEGEND, Comparison, clock_cells, format_accuracy
+from pipelines.comparison import ACCURACIES, LEGEND, Comparison, clock_cells, format_accuracy
 
 
 def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], variants: dict[str, dict[str, Any]],

@@ -256,9 +256,5 @@ class Driver:
         self.pending.clear()
 
 
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}%"
-
-
 def format_params(params: dict[str, Any]) -> str:
     return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())

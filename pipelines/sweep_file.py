@@ -192,7 +192,7 @@ def best_config(sweep: Sweep, trial) -> ExperimentConfig:
 
 def absolute_paths_of(cfg: ExperimentConfig) -> ExperimentConfig:
     """The experiment with its local paths made absolute (pipelines/compare.py), as trials and the report need it."""
-    from pipelines.compare import absolute_paths
+    from pipelines.comparison import absolute_paths
 
     return absolute_paths(cfg)
 

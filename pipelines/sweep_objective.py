@@ -72,7 +72,7 @@ def round_value(objective: ObjectiveConfig, history: list[dict[str, Any]], targe
 def final_score(objective: ObjectiveConfig, history: list[dict[str, Any]], target: float | None,
                 split: str = "validation") -> Score:
     """The value the study is told for a run that finished (evaluated on `split`)."""
-    from pipelines.compare import aggregate_metric
+    from pipelines.comparison import aggregate_metric
 
     if objective.metric != TIME_TO_TARGET:
         value = aggregate_metric(history, f"{metric_key(objective.metric, split)}:{objective.aggregate}")
@@ -103,10 +103,12 @@ def time_to_target_score(history: list[dict[str, Any]], target: float | None, ac
     return Score("complete", reached)
 
 
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
 def shown(value: float | None, spec: str) -> str:
     """An objective value as the sweep prints it: simulated seconds for time_to_target, else a percentage."""
-    from pipelines.sweep_driver import pct
-
     if value is not None and spec == TIME_TO_TARGET:
         return f"{value:.0f} simulated s"
     return pct(value)

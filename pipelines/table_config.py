@@ -90,7 +90,7 @@ class Column(Strict):
 
     name: str
     setting: str | None = Field(None, description="the named setting (of the budget) that reproduces the column")
-    metric: str | None = Field(None, description="KEY:AGG (pipelines/compare.py aggregate_metric); default: the file's")
+    metric: str | None = Field(None, description="KEY:AGG (pipelines/comparison.py aggregate_metric); default: the file's")
     spread_metric: str | None = Field(None, description="KEY:AGG of the ± the paper prints when it is not the std over "
                                       "seeds (FedNH's across-client std); its mean over seeds is shown")
     rank_by: Literal["value", "spread"] = Field("value", description="what Kendall's τ orders the rows by")

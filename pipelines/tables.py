@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.claims import saved_comparison, scale_of
-from pipelines.compare import Comparison, aggregate_metric
+from pipelines.comparison import Comparison, aggregate_metric
 from pipelines.table_config import (
     ALGORITHM_SLOT,
     DEFAULT_BUDGET,

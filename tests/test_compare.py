@@ -17,8 +17,9 @@ import pytest
 from orchestrator.driver.signals import RunInterrupted
 from orchestrator.experiment.config import ClaimCheck, load_config
 from orchestrator.io import checkpoint as ckpt
-from pipelines.claims import paired_verdict
-from pipelines.compare import Comparison, aggregate_metric, compare, summary_table
+from pipelines.compare import compare
+from pipelines.comparison import Comparison, aggregate_metric, summary_table
+from pipelines.paired import paired_verdict
 from tests.conftest import COMPARED
 
 
@@ -262,7 +263,8 @@ def test_paired_differences_against_a_baseline_by_hand():
 
 
 def test_variant_labels_overrides_and_files_are_parsed(tmp_path):
-    from pipelines.compare import format_table, parse_variant, read_variants_file
+    from pipelines.compare import parse_variant, read_variants_file
+    from pipelines.comparison import format_table
 
     assert parse_variant("scaffold_sgd=fedprox train.optimizer.momentum=0 algorithm.fedprox.mu=0.5") == (
         "scaffold_sgd", {"algorithm.name": "fedprox", "train.optimizer.momentum": 0, "algorithm.fedprox.mu": 0.5})

@@ -10,7 +10,7 @@ import torch
 from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.methods import build_algorithm
 from pipelines.claims import apply_budget
-from pipelines.compare import aggregate_metric
+from pipelines.comparison import aggregate_metric
 from tasks.algorithms.base import ClientUpdate, state_of
 from tasks.algorithms.diagnostics import (
     classifier_movement,

@@ -26,7 +26,7 @@ from orchestrator.server.participation import (
     time_to_accuracy,
 )
 from orchestrator.server.sampling import sample_clients
-from pipelines.compare import Comparison, format_table, summary_table
+from pipelines.comparison import Comparison, format_table, summary_table
 
 TINY = ["data.num_clients=8", "train.rounds=3", "train.local_epochs=1", "train.clients_per_round=3"]
 # every mechanism at once: Bernoulli availability, spread speeds and bandwidths, a deadline that some clients

@@ -15,7 +15,7 @@ from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.reporting.results import summary_metrics
 from orchestrator.server.federation import run_in_process
-from pipelines.compare import format_table
+from pipelines.comparison import format_table
 from pipelines.sweep_config import ObjectiveConfig
 from pipelines.sweep_trial import OverBudget, check_budget
 from tasks.algorithms import ALGORITHMS, ClientUpdate

@@ -13,7 +13,8 @@ from orchestrator.reporting.plots import COLOURS, method_styles, plot_comparison
 from orchestrator.reporting.progress import Progress, clock
 from orchestrator.reporting.results import headline, summary_metrics
 from orchestrator.reporting.tracking import Tracker
-from pipelines.compare import Comparison, format_table, parent_metrics, summary_table
+from pipelines.compare import parent_metrics
+from pipelines.comparison import Comparison, format_table, summary_table
 
 
 def history(global_accs=None, personal_accs=None, bytes_per_round=100):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main as mooring
-from pipelines.compare import Comparison
+from pipelines.comparison import Comparison
 from pipelines.table_config import DEFAULT_BUDGET, TableFile, load_table_file, paper_number, resolve_budget
 from pipelines.table_report import Measured, kendall_tau, measured, render_report
 from pipelines.tables import built_methods, plan_settings, reproduce_command, table_cells

@@ -1,7 +1,7 @@
 """ε for a δ after a number of rounds, from autodp's RDP accountant (docs/privacy.md, "Accounting").
 
 Model updates (client-level, trusted aggregator): Mooring samples a fixed number m of the N clients per round,
-uniformly without replacement (orchestrator/server/federation.py, sample_clients), so the neighbouring relation is
+uniformly without replacement (orchestrator/server/sampling.py, sample_clients), so the neighbouring relation is
 replace-one (one client's data swapped for another's) and the amplification is autodp's subsampling without
 replacement (Wang, Balle & Kasiviswanathan 2019). Under replace-one the sum of clipped updates moves by up to 2C,
 so the Gaussian mechanism handed to autodp has noise multiplier z/2. With m = N there is no sampling to amplify:

@@ -37,6 +37,7 @@ def aggregate_metric(history: list[dict[str, Any]], spec: str) -> float | None:
     raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5, top5 or last5_sync")
 
 
+# ------------------------------------------------------------------------------------------ its runs
 @dataclass
 class Job:
     variant: str

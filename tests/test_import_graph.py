@@ -9,13 +9,13 @@ The layering rule, lowest first (docs/design.md, "Layout"):
 - `tasks/` (the work: data, models, algorithms, privacy) imports nothing else of Mooring;
 - `orchestrator/`'s runtime, its sub-packages (driver, server, clients, ray_runtime, io, experiment, reporting),
   imports `tasks/` and itself, never `pipelines/`, `mooring/` or the entry layer;
-- the entry layer, `orchestrator/cli.py`, `orchestrator/commands/` and `orchestrator/docs_site.py` (the MkDocs
-  hook that reads the parser), stands above the runtime and `pipelines/`, and may import both;
 - `pipelines/` (compositions of runs) imports `orchestrator/` and `tasks/`, never `mooring/` (a pipeline that is
   also a command takes the CLI's argument helpers, `orchestrator/commands/common.py`, and its exit codes);
+- the entry layer, `orchestrator/cli.py`, `orchestrator/commands/` and `orchestrator/docs_site.py` (the MkDocs
+  hook that reads the parser), stands above the runtime and `pipelines/`, and may import both;
 - `mooring/` (the Python API) may import all of them.
 
-Inside each layer no module reaches a module that reaches it back (no circle).
+And no module reaches a module that reaches it back (no circle), within a layer or across layers.
 """
 from __future__ import annotations
 

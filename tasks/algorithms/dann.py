@@ -26,7 +26,7 @@ from tasks.algorithms.base import (
     state_of,
     step,
 )
-from tasks.algorithms.faults import checked_loss
+from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.registry import register
 
 DISCRIMINATOR_STREAM = 0xDA77

@@ -25,8 +25,8 @@ from tasks.algorithms.base import (
     state_of,
     step,
 )
-from tasks.algorithms.faults import checked_loss
 from tasks.algorithms.feddebias import soft_cross_entropy
+from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.registry import register
 
 PAIRING_STREAM = 0xF3D31

@@ -19,7 +19,7 @@ from tasks.algorithms.base import (
     state_of,
     step,
 )
-from tasks.algorithms.faults import checked_loss
+from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.registry import register
 
 MIXING_STREAM = 0x3A1C5  # the λ and permutation draws: apart from the batches' generator

@@ -15,7 +15,8 @@ from orchestrator.driver.run import run_experiment
 from orchestrator.experiment.config import load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
-from orchestrator.server.federation import Server, client_costs
+from orchestrator.server.federation import Server
+from orchestrator.server.sampling import client_costs
 from tests.test_engines import VECTORIZED, tiny
 
 # 6 clients, 5 a round, one epoch of batch 8: about 107 expected steps a round, three groups of at most 40

@@ -47,7 +47,7 @@ class ClientGroups:
     @classmethod
     def of_run(cls, cfg, data, engine: str) -> ClientGroups:
         """The groups of a run whose clients train on `engine` (the one `train.engine` chose)."""
-        from orchestrator.server.federation import client_costs
+        from orchestrator.server.sampling import client_costs
 
         return cls(tuple(client_blocks(client_costs(data, cfg.train), cfg.clients_per_round,
                                        group_steps(cfg, engine))))

@@ -113,7 +113,7 @@ CLIENT_BUGS = {  # method: (its block, the hook named, the error's start)
         "sequential": "local_loss returned a float; it must return the batch's loss as a 0-dim tensor",
         "vectorized": "local_loss raised RuntimeError: vmap: It looks like you're calling .item() on a Tensor"}),
     "PerSampleLoss": ("per_sample_loss", "local_loss", "local_loss returned a tensor of shape (32,); it must return"),
-    "ObjectState": ("object_state", None, "{hook} returned a client state holding a tasks.algorithms.base.ClientData "
+    "ObjectState": ("object_state", None, "{hook} returned a client state holding a tasks.types.ClientData "
                                           "at state['seen']['data']; a client state holds tensors, numbers, strings "
                                           "and None"),
 }

@@ -273,9 +273,9 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_saying_what_was_kept_and_a_rerun_resu
     from optuna.storages import RDBStorage
 
     path = write_sweep(tmp_path, mlflow_uri, "termed",
-                       params={"train.optimizer.lr": {"type": "categorical", "choices": [0.2, 0.3]}},
-                       enqueue=[{"train.optimizer.lr": lr} for lr in (0.3, 0.2)],
-                       n_trials=2, parallel=1, pruner={"name": "none"}, sampler={"name": "random", "seed": 0})
+                       params={"train.optimizer.lr": {"type": "categorical", "choices": [0.1, 0.2, 0.3]}},
+                       enqueue=[{"train.optimizer.lr": lr} for lr in (0.3, 0.2, 0.1)],
+                       n_trials=3, parallel=1, pruner={"name": "none"}, sampler={"name": "random", "seed": 0})
     address = ray_session.get_runtime_context().gcs_address
     storage = RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", engine_kwargs={"connect_args": {"timeout": 60}})
     log = tmp_path / "driver.log"
@@ -293,19 +293,21 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_saying_what_was_kept_and_a_rerun_resu
     err = log.read_text()
     assert rc == 143, err[-3000:]
     last = err.strip().splitlines()[-1]
-    assert re.fullmatch(r"interrupted: sweep termed stopped: 1 complete and 0 pruned trials kept in sqlite:///\S+"
-                        r"(; 1 running trial was failed and enqueued again)?; run the same command to resume", last), last
+    kept = {t.number: t.value for t in load_study(path, "termed").trials if t.state.name == "COMPLETE"}
+    # the signal lands after the first trial; a short trial may finish a second one before the driver looks
+    assert len(kept) in (1, 2), kept
+    assert re.fullmatch(rf"interrupted: sweep termed stopped: {len(kept)} complete and 0 pruned trials kept in "
+                        r"sqlite:///\S+(; 1 running trial was failed and enqueued again)?; run the same command to "
+                        r"resume", last), last
     for sign in ("Aborted", "SIGABRT", "Traceback", "*** ", "Stack trace"):
         assert sign not in err, err[-3000:]
-    kept = {t.number: t.value for t in load_study(path, "termed").trials if t.state.name == "COMPLETE"}
-    assert len(kept) == 1
 
     rc, _, err = mooring("sweep", str(path))
     assert rc == 0, err
-    assert "resuming: 1 complete" in err
+    assert f"resuming: {len(kept)} complete" in err
     study = load_study(path, "termed")
     assert kept == {t.number: t.value for t in study.trials if t.number in kept}
-    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 2
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3
 
 
 # ----------------------------------------------------------------------------------------- bad input

@@ -425,6 +425,21 @@ def train_supervised(model: FLModel, data: ClientData, ctx: RoundContext, extra_
     return train_objective(model, data, ctx, loss_fn, {}, after_step)
 
 
+def train_batch_loss(module: nn.Module, data: ClientData, ctx: RoundContext,
+                     batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+    """The round's batches, one optimizer step each on batch_loss(x, y) over `module`'s parameters (clipped over
+    them); the mean loss. For methods whose step forwards something other than the batch as drawn (a mixed or
+    scaled input, a second module), in their own client_update."""
+    module.train()
+    optimizer = make_optimizer(module.parameters(), ctx)
+    total, count = 0.0, 0
+    for x, y in local_batches(data, ctx):
+        loss = checked_loss(batch_loss(x, y))
+        step(optimizer, loss, module, ctx)
+        total, count = total + float(loss.detach()), count + 1
+    return total / max(count, 1)
+
+
 def frozen_features(model: nn.Module, tensors: State, x: torch.Tensor) -> torch.Tensor:
     """model.features(x) with `tensors` in place of the model's own, no gradient: a frozen model's forward pass
     (MOON's global and previous models) that loads nothing into the module, so it runs under torch.func.vmap."""

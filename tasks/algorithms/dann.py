@@ -20,13 +20,10 @@ from tasks.algorithms.base import (
     ClientUpdate,
     HyperParams,
     derive_seed,
-    local_batches,
-    make_optimizer,
     searchable,
     state_of,
-    step,
+    train_batch_loss,
 )
-from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.registry import register
 
 DISCRIMINATOR_STREAM = 0xDA77
@@ -110,18 +107,14 @@ class DANN(Algorithm):
     def client_update(self, payload, data, client_state, ctx):
         model = self.working_model(payload["model"], device=ctx.device)
         disc = self.working_discriminator(payload["discriminator"], ctx.device)
-        model.train()
-        disc.train()
         both = nn.ModuleList([model, disc])  # one optimizer, one gradient clip over the two
-        optimizer = make_optimizer(both.parameters(), ctx)
-        total, count = 0.0, 0
-        for x, y in local_batches(data, ctx):
+
+        def domain_adversarial_loss(x, y):
             h, logits = model(x, return_features=True)
-            domain_logits = disc(GradientReversal.apply(h))
-            loss = checked_loss(dann_loss(logits, y, domain_logits, data.client_id, self.params.weight))
-            step(optimizer, loss, both, ctx)
-            total, count = total + float(loss.detach()), count + 1
+            return dann_loss(logits, y, disc(GradientReversal.apply(h)), data.client_id, self.params.weight)
+
+        loss = train_batch_loss(both, data, ctx, domain_adversarial_loss)
         tensors = {**state_of(model), **{DISCRIMINATOR_PREFIX + k: v for k, v in state_of(disc).items()}}
         update = ClientUpdate(data.client_id, data.num_samples, tensors=tensors,
-                              metrics={"train_loss": total / max(count, 1)})
+                              metrics={"train_loss": loss})
         return update, client_state

@@ -18,15 +18,12 @@ from pydantic import Field
 from tasks.algorithms.base import (
     Algorithm,
     HyperParams,
-    local_batches,
-    make_optimizer,
     searchable,
     seeded_generator,
     state_of,
-    step,
+    train_batch_loss,
 )
 from tasks.algorithms.feddebias import soft_cross_entropy
-from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.registry import register
 
 PAIRING_STREAM = 0xF3D31
@@ -91,16 +88,14 @@ class FedMix(Algorithm):
     # ------------------------------------------------------------------ client half
     def client_update(self, payload, data, client_state, ctx):
         model = self.working_model(payload["model"], device=ctx.device)
-        model.train()
-        optimizer = make_optimizer(model.parameters(), ctx)
         others = (payload["means_owner"] != data.client_id).nonzero().flatten()
         others = others if len(others) else torch.arange(len(payload["means_owner"]))
         pairing = seeded_generator(ctx.seed, ctx.round, data.client_id, PAIRING_STREAM)
-        total, count = 0.0, 0
-        for x, y in local_batches(data, ctx):
+
+        def paired_batch_loss(x, y):
             j = others[torch.randint(len(others), (len(x),), generator=pairing)]
             mean_x, mean_y = payload["means_x"][j].to(x.device), payload["means_y"][j].to(x.device)
-            loss = checked_loss(fedmix_loss(model, x, y, mean_x, mean_y, self.params.lam))
-            step(optimizer, loss, model, ctx)
-            total, count = total + float(loss.detach()), count + 1
-        return self.client_result(state_of(model), total / max(count, 1), payload, data, client_state, ctx)
+            return fedmix_loss(model, x, y, mean_x, mean_y, self.params.lam)
+
+        loss = train_batch_loss(model, data, ctx, paired_batch_loss)
+        return self.client_result(state_of(model), loss, payload, data, client_state, ctx)

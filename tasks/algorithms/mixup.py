@@ -9,17 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tasks.algorithms.base import (
-    Algorithm,
-    HyperParams,
-    derive_seed,
-    local_batches,
-    make_optimizer,
-    searchable,
-    state_of,
-    step,
-)
-from tasks.algorithms.hook_results import checked_loss
+from tasks.algorithms.base import Algorithm, HyperParams, derive_seed, searchable, state_of, train_batch_loss
 from tasks.algorithms.registry import register
 
 MIXING_STREAM = 0x3A1C5  # the λ and permutation draws: apart from the batches' generator
@@ -50,14 +40,12 @@ class Mixup(Algorithm):
 
     def client_update(self, payload, data, client_state, ctx):
         model = self.working_model(payload["model"], device=ctx.device)
-        model.train()
-        optimizer = make_optimizer(model.parameters(), ctx)
         rng = mixing_rng(ctx.seed, ctx.round, data.client_id)
-        total, count = 0.0, 0
-        for x, y in local_batches(data, ctx):
+
+        def mixed_batch_loss(x, y):
             lam = float(rng.beta(self.params.alpha, self.params.alpha))
             order = torch.from_numpy(rng.permutation(len(x))).to(x.device)
-            loss = checked_loss(mixup_loss(model(lam * x + (1.0 - lam) * x[order]), y, y[order], lam))
-            step(optimizer, loss, model, ctx)
-            total, count = total + float(loss.detach()), count + 1
-        return self.client_result(state_of(model), total / max(count, 1), payload, data, client_state, ctx)
+            return mixup_loss(model(lam * x + (1.0 - lam) * x[order]), y, y[order], lam)
+
+        loss = train_batch_loss(model, data, ctx, mixed_batch_loss)
+        return self.client_result(state_of(model), loss, payload, data, client_state, ctx)

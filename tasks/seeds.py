@@ -2,6 +2,9 @@
 computed, so results never depend on which process or actor draws. Imports nothing else of Mooring."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 
@@ -13,6 +16,15 @@ def derive_seed(*parts: int) -> int:
 
 def seeded_generator(*parts: int) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(*parts))
+
+
+@contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """torch's global generator seeded with `seed` inside the block and put back after it: a module built inside
+    has the same weights in every process, and no draw outside the block moves."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 # numpy's SeedSequence constants (numpy/random/bit_generator.pyx), for derive_seeds

@@ -47,7 +47,7 @@ from tasks.privacy.settings import StatsDP
 
 # The shared types and seeds live in modules that import nothing else of Mooring (tasks/types.py, tasks/seeds.py),
 # so that data and privacy need not import the algorithms; a method imports them here, as it always has.
-from tasks.seeds import derive_seed, derive_seeds, seeded_generator  # noqa: F401  (re-exported)
+from tasks.seeds import derive_seed, derive_seeds, seeded_generator, torch_seeded  # noqa: F401  (re-exported)
 from tasks.types import (  # noqa: F401  (re-exported)
     ClientData,
     ClientUpdate,
@@ -155,8 +155,7 @@ class Algorithm:
         """A freshly initialised model; with a seed, the same weights in every process."""
         name = name or self.setup.model_name
         options = self.setup.model_options if options is None else options
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.setup.seed if seed is None else seed)
+        with torch_seeded(self.setup.seed if seed is None else seed):
             return build_model(name, self.setup.input_shape, self.num_classes, options,
                                self.setup.model_init, self.setup.model_head_init)
 

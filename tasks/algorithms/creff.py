@@ -27,6 +27,7 @@ from tasks.algorithms.base import (
     evaluating,
     searchable,
     seeded_generator,
+    torch_seeded,
     weighted_average,
 )
 from tasks.algorithms.personal import HEAD, PersonalEvalParams, PersonalizedModel, head_of
@@ -92,8 +93,7 @@ def retrain_classifier(features: torch.Tensor, per_class: int, head_like: dict[s
     """A freshly initialised linear classifier (nn.Linear's init, drawn from `generator`), trained with SGD on
     (features, their classes) in shuffled batches: CReFF's classifier re-training."""
     num_classes, dim = head_like[HEAD + "weight"].shape
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+    with torch_seeded(int(torch.randint(2**62, (1,), generator=generator))):
         layer = nn.Linear(dim, num_classes, bias=HEAD + "bias" in head_like)
     labels = torch.arange(num_classes).repeat_interleave(per_class)
     optimizer = torch.optim.SGD(layer.parameters(), lr=lr)

@@ -22,6 +22,7 @@ from tasks.algorithms.base import (
     derive_seed,
     searchable,
     state_of,
+    torch_seeded,
     train_batch_loss,
 )
 from tasks.algorithms.registry import register
@@ -80,8 +81,7 @@ class DANN(Algorithm):
 
     def new_discriminator(self) -> nn.Module:
         """D's initial weights, seeded apart from the model's (the model's init stays FedAvg's)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.setup.seed, DISCRIMINATOR_STREAM))
+        with torch_seeded(derive_seed(self.setup.seed, DISCRIMINATOR_STREAM)):
             return discriminator(self.working_model().feature_dim, self.setup.num_clients, self.params.width)
 
     def working_discriminator(self, tensors: dict[str, torch.Tensor], device) -> nn.Module:

@@ -59,6 +59,7 @@ from tasks.algorithms.base import (
     seeded_generator,
     state_of,
     step,
+    torch_seeded,
     train_supervised,
     weighted_average,
 )
@@ -213,8 +214,7 @@ class FedDebias(Algorithm):
 
     def new_projector(self) -> nn.Module:
         """θ_0: initialised once (seeded apart from the model, so the model's init matches FedAvg's)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.setup.seed, PROJECTOR_STREAM))
+        with torch_seeded(derive_seed(self.setup.seed, PROJECTOR_STREAM)):
             return projection_head(self.working_model().feature_dim)
 
     def working_projector(self, state: State | None, device=None) -> nn.Module:

@@ -29,6 +29,7 @@ from tasks.algorithms.base import (
     searchable,
     seeded_generator,
     state_of,
+    torch_seeded,
     train_objective,
     weighted_average,
 )
@@ -76,8 +77,7 @@ class FedGen(LGFedAvg):
 
     def new_generator(self, state: State | None = None) -> FeatureGenerator:
         p = self.params
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.setup.seed, GENERATOR_STREAM))
+        with torch_seeded(derive_seed(self.setup.seed, GENERATOR_STREAM)):
             generator = FeatureGenerator(p.noise_dim, self.num_classes, p.hidden_dim, self.feature_dim)
         if state is not None:
             generator.load_state_dict(state)

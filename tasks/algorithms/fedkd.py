@@ -30,6 +30,7 @@ from tasks.algorithms.base import (
     derive_seed,
     searchable,
     state_of,
+    torch_seeded,
 )
 from tasks.algorithms.fml import SharedModel, kl_mean, train_jointly
 from tasks.algorithms.private_models import PrivateModelParams
@@ -106,8 +107,7 @@ class FedKD(SharedModel):
 
     # ------------------------------------------------------------------ client half
     def init_client(self, data: ClientData):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.setup.seed, W_H_STREAM))
+        with torch_seeded(derive_seed(self.setup.seed, W_H_STREAM)):
             w_h = nn.Linear(self.feature_dim, self.feature_dim, bias=False).weight.detach()
         return {**super().init_client(data), "mentee": self.initial_shared(), "w_h": w_h}
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from tasks.algorithms.base import cross_entropy, derive_seed, searchable
+from tasks.algorithms.base import cross_entropy, derive_seed, searchable, torch_seeded
 from tasks.algorithms.fedproto import FedProto, PrivateModelParams, mse_over_batch_and_dim
 from tasks.algorithms.prototypes import (
     euclidean_distances,
@@ -56,8 +56,7 @@ class FedSAParams(PrivateModelParams):
 # ------------------------------------------------------------------------------------------ anchors
 def semantic_anchors(num_classes: int, dim: int, seed: int, embed: bool = True) -> torch.Tensor:
     """Random centres, through the code's untrained Linear–BN–ReLU ×2 embedding unless `embed` is off."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch_seeded(seed):
         centres = torch.randn(num_classes, dim)
         if not embed:
             return centres

@@ -27,6 +27,7 @@ from tasks.algorithms.base import (
     derive_seed,
     searchable,
     seeded_generator,
+    torch_seeded,
 )
 from tasks.algorithms.fedproto import FedProto, FedProtoParams, prototypes_after_training, rows_by_class
 from tasks.algorithms.prototypes import euclidean_distances, mean_of_present
@@ -95,8 +96,7 @@ class FedTGP(FedProto):
 
     # ------------------------------------------------------------------ server half
     def new_generator(self, state=None) -> TrainableGlobalPrototypes:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.setup.seed, TGP_STREAM))
+        with torch_seeded(derive_seed(self.setup.seed, TGP_STREAM)):
             tgp = TrainableGlobalPrototypes(self.num_classes, self.feature_dim)
         if state is not None:
             tgp.load_state_dict(state)

@@ -151,14 +151,19 @@ def rounds_seconds(cfg, vectorized: bool = False) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    from orchestrator.experiment.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bare_loop")
+def loop_arguments(prog: str) -> argparse.Namespace:
+    """A reference loop's command line: CONFIG, --set KEY=VALUE ..., --vectorized."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--vectorized", action="store_true", help="the vectorised loop (benchmarks/vectorized_loop.py)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    from orchestrator.experiment.config import load_config
+
+    args = loop_arguments("python -m benchmarks.bare_loop")
     seconds = rounds_seconds(load_config(args.config, args.overrides), args.vectorized)
     print(json.dumps({"rounds_seconds": seconds}), flush=True)
 

@@ -62,17 +62,26 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""), "RAY_AUTH_MODE": "disabled"}
 
 
-def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> tuple[float, float]:
-    """The efficient plain loop (benchmarks/bare_loop.py), or with `vectorized` the vectorised loop, in a fresh
-    process: (its rounds' seconds, the whole process's)."""
-    cmd = [sys.executable, "-m", "benchmarks.bare_loop", config, *(f"--set={o}" for o in overrides),
+def loop_process(module: str, config: str, overrides: list[str], cwd: str, vectorized: bool,
+                 name: str) -> tuple[dict, float]:
+    """`python -m <module> CONFIG --set ... [--vectorized]` in a fresh process: (the JSON its last line printed,
+    the whole process's seconds); a RuntimeError naming the loop (`name`) and its last error line if it fails."""
+    cmd = [sys.executable, "-m", module, config, *(f"--set={o}" for o in overrides),
            *(["--vectorized"] if vectorized else [])]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
     whole = time.perf_counter() - start
     if out.returncode != 0:
-        raise RuntimeError(f"the bare loop failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["rounds_seconds"], whole
+        last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit status {out.returncode}"
+        raise RuntimeError(f"the {name} failed: {last}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), whole
+
+
+def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> tuple[float, float]:
+    """The efficient plain loop (benchmarks/bare_loop.py), or with `vectorized` the vectorised loop, in a fresh
+    process: (its rounds' seconds, the whole process's)."""
+    printed, whole = loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop")
+    return printed["rounds_seconds"], whole
 
 
 def reproduce(command: str) -> str:

@@ -16,18 +16,15 @@ evaluated round}:
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
-import subprocess
-import sys
 import time
 
 import torch
 from torch import nn
 
-from benchmarks.bare_loop import Workload, check_supported, prepare_workload, train_rounds
-from benchmarks.common import child_env
+from benchmarks.bare_loop import Workload, check_supported, loop_arguments, prepare_workload, train_rounds
+from benchmarks.common import loop_process
 
 MODELS = ("acar_cnn", "char_rnn")
 
@@ -58,23 +55,14 @@ def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
 
 def reference_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> dict[str, list[float]]:
     """`timed_rounds` in a fresh process (the plain loop, or with `vectorized` the vectorised loop)."""
-    cmd = [sys.executable, "-m", "benchmarks.model_loops", config, *(f"--set={o}" for o in overrides),
-           *(["--vectorized"] if vectorized else [])]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
-    if out.returncode != 0:
-        last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit status {out.returncode}"
-        raise RuntimeError(f"the {'vectorised' if vectorized else 'plain'} loop failed: {last}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    kind = "vectorised loop" if vectorized else "plain loop"
+    return loop_process("benchmarks.model_loops", config, overrides, cwd, vectorized, kind)[0]
 
 
 def main() -> None:
     from orchestrator.experiment.config import load_config
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.model_loops")
-    parser.add_argument("config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--vectorized", action="store_true", help="the vectorised loop (benchmarks/vectorized_loop.py)")
-    args = parser.parse_args()
+    args = loop_arguments("python -m benchmarks.model_loops")
     print(json.dumps(timed_rounds(load_config(args.config, args.overrides), args.vectorized)), flush=True)
 
 

@@ -52,9 +52,9 @@ def search_space(spec: TableFile, row_id: str) -> dict[str, dict[str, Any]]:
 
 
 def tuning_config(base: ExperimentConfig, variant: dict[str, Any], tuning: Tuning) -> ExperimentConfig:
-    """A row's config in the tuning setting, at the tuning's budget, with its validation split held out."""
-    return with_overrides(base, {**variant, **tuning.overrides, "data.validation_fraction": tuning.validation_fraction,
-                                 "eval.split": "validation"})
+    """A row's config in the tuning setting, at the tuning's budget, with its validation split held out (the sweep
+    scores every trial on it: pipelines/sweep_objective.py)."""
+    return with_overrides(base, {**variant, **tuning.overrides, "data.validation_fraction": tuning.validation_fraction})
 
 
 def starting_values(cfg: ExperimentConfig, space: dict[str, dict[str, Any]]) -> dict[str, Any]:

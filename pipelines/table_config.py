@@ -35,6 +35,7 @@ from orchestrator.experiment.config import (
     read_yaml,
     set_dotted,
 )
+from orchestrator.io import storage
 
 DEFAULT_BUDGET = "digits"
 SETTING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -292,13 +293,12 @@ def read_tuned_values(path: Path, spec: TableFile) -> TunedValues:
 
 
 def write_tuned_values(path: Path, values: TunedValues, paper: str, source: str) -> None:
-    """The tuned-values file, replaced whole (written beside, then renamed: an interrupted write loses nothing)."""
+    """The tuned-values file, replaced whole (an interrupted write loses nothing: orchestrator/io/storage.py)."""
     header = (f"# {paper}: hyperparameters chosen by `mooring table {source} --tune`, one Optuna study per row on a "
               "validation split\n# (pipelines/table_tuning.py); read by every run of the table's digits budget. "
               "Written by the tool: run --tune again rather than editing.\n")
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(header + yaml.safe_dump(values.model_dump(), sort_keys=False, allow_unicode=True))
-    partial.replace(path)
+    text = header + yaml.safe_dump(values.model_dump(), sort_keys=False, allow_unicode=True)
+    storage.write_bytes_atomic(str(path.absolute()), text.encode())
 
 
 # ------------------------------------------------------------------------------------- budgets resolved

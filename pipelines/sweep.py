@@ -83,7 +83,7 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
         tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise
     try:
-        measure_best_on_test(sweep, study, tracker)
+        measure_best_on_test(sweep, storage_obj, study, tracker)
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise

@@ -75,3 +75,49 @@ def _drivers(study) -> list[str]:
     """The drivers that recorded a heartbeat in the study."""
     return [key.removeprefix("driver:") for key in study.user_attrs if key.startswith("driver:")]
 
+
+
+def _claim_in_process(url: str, study_name: str, start, results) -> None:
+    import optuna
+
+    from pipelines.best_on_test import claimed_by_this_driver
+    from pipelines.sweep_optuna import open_storage
+
+    storage = open_storage(url)
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    start.wait()
+    results.put(claimed_by_this_driver(storage, study, 3))
+
+
+def test_of_drivers_claiming_together_exactly_one_measures(tmp_path, new_postgres_databases):
+    """Six processes claim the best trial's test run at the same moment: one claim stands. A claim whose driver
+    died on this host is taken over; one from another host stands until released."""
+    import multiprocessing
+
+    import optuna
+
+    from pipelines.best_on_test import CLAIM_OWNER_ATTR, claim_name, claimed_by_this_driver, release_claim
+    from pipelines.sweep_optuna import open_storage
+
+    [url] = new_postgres_databases(1)
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    workers = [context.Process(target=_claim_in_process, args=(url, "s", start, results)) for _ in range(6)]
+    for w in workers:
+        w.start()
+    start.set()
+    won = [results.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+    assert won.count(True) == 1, won
+
+    name = claim_name(study, 3)  # the winner's process has exited: its claim is stale and taken over
+    assert claimed_by_this_driver(storage, study, 3)
+    assert claimed_by_this_driver(storage, study, 3) is False  # this (living) process holds it now
+    claim_id = storage.get_study_id_from_name(name)
+    storage.set_study_user_attr(claim_id, CLAIM_OWNER_ATTR, {"host": "another-host", "pid": 1})
+    assert claimed_by_this_driver(storage, study, 3) is False
+    release_claim(storage, name)
+    assert claimed_by_this_driver(storage, study, 3)

@@ -15,7 +15,14 @@ from orchestrator.experiment.methods import build_algorithm
 from orchestrator.server.federation import Server, run_in_process
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.base import batch_mean, cross_entropy
-from tasks.algorithms.engines import StackedOptimizer, choose_engine, clip_per_client, model_refusal
+from tasks.algorithms.engines import (
+    SMALL_MODEL_MACS,
+    StackedOptimizer,
+    choose_engine,
+    clip_per_client,
+    forward_macs,
+    model_refusal,
+)
 
 # every registered method, so a new one is checked on both engines without being listed here: at its defaults,
 # each trains vectorised unless its class states why it cannot
@@ -144,6 +151,34 @@ def test_auto_vectorizes_where_it_can(tmp_path, name):
     if name in FALLBACK:
         with pytest.raises(ValueError, match=f"train.engine: vectorized cannot train {name}: .+; use train.engine"):
             choose_engine("vectorized", algorithm)
+
+
+def test_forward_macs_by_hand():
+    """Linear 3→4 (12) and ReLU (none), then a 2→1-channel 3×3 convolution over a 4×4 input, padding 1
+    (16 outputs × 2 channels × 9 taps = 288)."""
+    assert forward_macs(nn.Sequential(nn.Linear(3, 4), nn.ReLU()), (3,)) == 12
+    assert forward_macs(nn.Conv2d(2, 1, 3, padding=1, bias=False), (2, 4, 4)) == 288
+
+
+@pytest.mark.parametrize(("config", "model", "input_shape", "why"), [
+    ("configs/shakespeare.yaml", ["model.cell=lstm"], (40,), "is recurrent"),
+    ("configs/default.yaml", ["model.name=acar_cnn", "model.hidden=384", "model.feature_dim=192"], (1, 28, 28),
+     "multiply-adds a sample"),
+])
+def test_auto_keeps_measured_slower_models_sequential_on_cpu(tmp_path, config, model, input_shape, why):
+    """The character RNN and the CNN, measured slower vectorised on CPUs, stay sequential under `auto` there and
+    vectorise where the clients have GPUs; `vectorized` asked for explicitly still runs; the digits MLP vectorises."""
+    from tasks.algorithms.engines import auto_prefers_sequential
+
+    cfg = load_config(config, [*model, f"data.partitions_dir={tmp_path}"])
+    algorithm = build_algorithm(cfg, 80 if len(input_shape) == 1 else 10, input_shape)
+    assert why in auto_prefers_sequential(algorithm)
+    assert choose_engine("auto", algorithm) == "sequential"
+    assert choose_engine("auto", algorithm, clients_on_gpu=True) == "vectorized"
+    assert choose_engine("vectorized", algorithm) == "vectorized"
+    mlp = build_algorithm(tiny(tmp_path), 10, (64,))
+    assert forward_macs(mlp.working_model(), (64,)) < SMALL_MODEL_MACS
+    assert choose_engine("auto", mlp) == "vectorized"
 
 
 def test_batchnorm_and_dropout_are_refused():

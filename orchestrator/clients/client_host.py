@@ -25,7 +25,7 @@ from orchestrator.server.evaluation import accuracies_on_test_sets
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
-from tasks.algorithms.engines import choose_engine
+from tasks.algorithms.engines import run_engine
 from tasks.algorithms.faults import method_hook
 from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
@@ -51,7 +51,7 @@ class ClientHost:
         for cid, state in (client_states or {}).items():
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()
-        self.engine = choose_engine(cfg.train.engine, self.algorithm)
+        self.engine = run_engine(cfg, self.algorithm)
         self.groups = ClientGroups.of_run(cfg, data, self.engine)  # what trains together, whatever this host holds
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)

@@ -325,7 +325,9 @@ class TrainConfig(Strict):
     engine: Literal["auto", "sequential", "vectorized"] = Field(
         "auto", description="sequential: one client at a time (the reference); vectorized: each group of a round's "
         "clients (train.group_steps) trained together (torch.func); auto: vectorized where the method and model allow "
-        "it, else sequential. On either engine the history does not depend on the number of client actors")
+        "it, except, with clients on CPUs, for a recurrent model or one of over 200 k multiply-adds a sample (measured "
+        "slower vectorised), else sequential. On either engine the history does not depend on the number of client "
+        "actors")
     group_steps: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="the groups a round's clients train in: consecutive client ids, each group at most about "
         "this many optimizer steps a round in expectation; a group trains together in one process and its partial "

@@ -50,7 +50,7 @@ class CoordinatorActor:
         from orchestrator.ray_runtime.client_pool import CoordinatorClients
         from orchestrator.server.federation import Server
         from orchestrator.server.sampling import client_costs, sample_clients
-        from tasks.algorithms.engines import choose_engine
+        from tasks.algorithms.engines import run_engine
 
         data = ray.get(data_box[0])
         self.server = Server(self.cfg, data)
@@ -64,7 +64,7 @@ class CoordinatorActor:
             self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
-        engine = choose_engine(self.cfg.train.engine, self.server.algorithm)
+        engine = run_engine(self.cfg, self.server.algorithm)
         self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
                         None if keeps_state else client_costs(data, self.cfg.train))
 

@@ -54,7 +54,7 @@ def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
     """Whether the run's clients train in the coordinator's process (resources.clients_on)."""
     from orchestrator.experiment.methods import build_algorithm
     from orchestrator.server.sampling import client_costs
-    from tasks.algorithms.engines import choose_engine
+    from tasks.algorithms.engines import run_engine
 
     res = cfg.resources
     if res.clients_on != "auto":
@@ -63,5 +63,5 @@ def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
         return False
     costs = client_costs(data, cfg.train)
     round_steps = min(cfg.clients_per_round, len(costs)) * sum(costs) / max(1, len(costs))
-    engine = choose_engine(cfg.train.engine, build_algorithm(cfg, data.num_classes, data.input_shape))
+    engine = run_engine(cfg, build_algorithm(cfg, data.num_classes, data.input_shape))
     return round_steps <= SMALL_ROUND_STEPS[engine]

@@ -17,7 +17,9 @@
   (`LocalObjective.phases`: FedRep, FedBABU, Ditto, FedRoD) is one such training per phase (`train_rounds`), each
   training the parameters its phase names, from where the previous one left every client.
 
-`auto` (the default) takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why).
+`auto` (the default) takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why),
+or the clients train on CPUs and their model is one where vectorising was measured slower (`auto_prefers_sequential`:
+a recurrent model, or one of more than SMALL_MODEL_MACS multiply-adds a sample forward).
 """
 from __future__ import annotations
 
@@ -71,16 +73,60 @@ def refusal(algorithm: Algorithm) -> str:
             or model_refusal(algorithm.working_model()))
 
 
-def choose_engine(requested: str, algorithm: Algorithm) -> str:
-    """The engine that runs: `auto` falls back to sequential where vectorising is refused; an explicit
-    `vectorized` that is refused is an error (one line: what and why)."""
+# `auto` on CPU clients: above this many multiply-adds a sample forward a step's cost is its arithmetic, which vmap
+# does not shrink, and padding clients' batches to one another adds to it. The bound sits between the two models
+# measured on each side (benchmarks/README.md, "Where the model is the cost"): the digits MLP (17 k, vectorised
+# 3.7× faster) and acar_cnn (2.4 M, vectorised 1.3× slower); the exact crossover was not swept.
+SMALL_MODEL_MACS = 200_000
+
+
+def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> float:
+    """Multiply-adds of one sample's forward pass, as torch's flop counter counts them (2 flops each)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = next(model.parameters()).device
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.eval()
+        try:
+            model(torch.zeros(1, *input_shape, device=device))
+        finally:
+            model.train()
+    return counter.get_total_flops() / 2
+
+
+def auto_prefers_sequential(algorithm: Algorithm) -> str:
+    """Why `auto` keeps a vectorisable method on the sequential engine when its clients train on CPUs, or "":
+    a recurrent model runs its recurrence step by step under vmap instead of in the fused kernel, 3× slower than
+    the sequential engine on the character LSTM, and a model of more than SMALL_MODEL_MACS a sample is slower
+    vectorised too (both measured: benchmarks/README.md, "Where the model is the cost")."""
+    model = algorithm.working_model()
+    if any(isinstance(m, nn.RNNBase) for m in model.modules()):
+        return f"model {type(model).__name__} is recurrent"
+    macs = forward_macs(model, algorithm.setup.input_shape)
+    if macs > SMALL_MODEL_MACS:
+        return f"model {type(model).__name__} costs {macs:,.0f} multiply-adds a sample (over {SMALL_MODEL_MACS:,})"
+    return ""
+
+
+def choose_engine(requested: str, algorithm: Algorithm, clients_on_gpu: bool = False) -> str:
+    """The engine that runs: `auto` falls back to sequential where vectorising is refused, and, for clients on
+    CPUs, where it was measured slower (`auto_prefers_sequential`); an explicit `vectorized` that is refused is
+    an error (one line: what and why). `clients_on_gpu` is the run's (resources.gpus_per_actor > 0), the same in
+    every process, so every host and the coordinator's client groups agree on the engine."""
     if requested == "sequential":
         return "sequential"
     reason = refusal(algorithm)
     if requested == "vectorized" and reason:
         raise ValueError(f"train.engine: vectorized cannot train {algorithm.name}: {reason}; "
                          "use train.engine=auto or sequential")
-    return "sequential" if reason else "vectorized"
+    if reason or (requested == "auto" and not clients_on_gpu and auto_prefers_sequential(algorithm)):
+        return "sequential"
+    return "vectorized"
+
+
+def run_engine(cfg, algorithm: Algorithm) -> str:
+    """The engine a run's clients train on (`choose_engine` with the run's own train.engine and resources)."""
+    return choose_engine(cfg.train.engine, algorithm, cfg.resources.gpus_per_actor > 0)
 
 
 # ------------------------------------------------------------------------------------- one client

@@ -19,7 +19,8 @@
 
 `auto` (the default) takes `vectorized` unless the method or the model cannot be vectorised (`refusal` says why),
 or the clients train on CPUs and their model is one where vectorising was measured slower (`auto_prefers_sequential`:
-a recurrent model, or one of more than SMALL_MODEL_MACS multiply-adds a sample forward).
+a recurrent model, or one of more than SMALL_MODEL_MACS multiply-adds a sample forward in its linear and convolution
+layers).
 """
 from __future__ import annotations
 
@@ -80,18 +81,33 @@ def refusal(algorithm: Algorithm) -> str:
 SMALL_MODEL_MACS = 200_000
 
 
-def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> float:
-    """Multiply-adds of one sample's forward pass, as torch's flop counter counts them (2 flops each)."""
-    from torch.utils.flop_counter import FlopCounterMode
+def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Multiply-adds of one sample's forward pass in the model's linear and convolution layers (the rest of a model
+    of either costs little beside them), counted from the shapes a zero sample meets. Not torch's FlopCounterMode,
+    whose import of torch._dynamo costs a second and a half of start-up (benchmarks/README.md, "Whole run")."""
+    macs = 0
 
+    def count(module: nn.Module, inputs, output) -> None:
+        nonlocal macs
+        if isinstance(module, nn.Linear):
+            macs += output.numel() * module.in_features
+        elif isinstance(module, nn.modules.conv._ConvNd):
+            kernel = math.prod(module.kernel_size) * module.in_channels // module.groups
+            macs += output.numel() * kernel
+
+    handles = [m.register_forward_hook(count) for m in model.modules()
+               if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
     device = next(model.parameters()).device
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    was_training = model.training
+    try:
         model.eval()
-        try:
+        with torch.no_grad():
             model(torch.zeros(1, *input_shape, device=device))
-        finally:
-            model.train()
-    return counter.get_total_flops() / 2
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return macs
 
 
 def auto_prefers_sequential(algorithm: Algorithm) -> str:

@@ -1,7 +1,8 @@
 """Datasets as in-memory arrays: images float32 in NCHW (text: int64 token ids, (N, L)), labels int64, one
 official train/test split, and for naturally split data each sample's owner (tasks/data/natural.py).
 
-`digits` (scikit-learn's load_digits: 1,797 real 8×8 handwritten digits, shipped with scikit-learn) is the
+`digits` (scikit-learn's load_digits: 1,797 real 8×8 handwritten digits, shipped with scikit-learn, read from its file
+without importing it: tasks/data/sklearn_free.py) is the
 embedded default, `digits_28` the same images upsampled to 28×28; `synthetic` makes small class-conditional images for fast tests; the torchvision sets
 (tasks/data/torchvision_sets.py) read a local directory and never download unless asked.
 """
@@ -21,13 +22,13 @@ from tasks.data.dataset_types import (  # noqa: F401  (re-exported)
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a stratified train/test split (scikit-learn's, so the specs' `random_state` matches)."""
-    from sklearn.model_selection import train_test_split
+    """Sorted indices of a stratified train/test split (scikit-learn's, so the specs' `random_state` matches)."""
+    from tasks.data.sklearn_free import stratified_train_test
 
-    idx = np.arange(len(y))
     if test_fraction == 0:
+        idx = np.arange(len(y))
         return idx, idx[:0]
-    train, test = train_test_split(idx, test_size=test_fraction, stratify=y, random_state=seed)
+    train, test = stratified_train_test(y, test_fraction, seed)
     return np.sort(train), np.sort(test)
 
 
@@ -38,11 +39,10 @@ def _split(name: str, x: np.ndarray, y: np.ndarray, num_classes: int, test_fract
 
 @DATASETS.register("digits")
 def load_digits_dataset(opts) -> ArrayDataset:
-    from sklearn.datasets import load_digits
+    from tasks.data.sklearn_free import load_digits_arrays
 
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
-    y = digits.target.astype(np.int64)
+    images, y = load_digits_arrays()
+    x = (images / 16.0).astype(np.float32)[:, None, :, :]
     return _split("digits", x, y, 10, opts.test_fraction, opts.split_seed)
 
 

@@ -21,6 +21,7 @@ from benchmarks.common import (
     DEFAULT_CONFIG,
     bare_loop_process,
     local_ray,
+    loop_process,
     markdown_table,
     reproduce,
     store_overrides,
@@ -34,8 +35,11 @@ PARTITIONS = {"IID": ["data.partition.kind=iid"],
 BARE = "efficient plain loop (fresh process, 1 thread)"
 LIMIT = "vectorised loop, torch.func (fresh process, 1 thread)"
 IN_PROCESS = "Mooring's run_in_process (1 thread, no Ray)"
-# with two actors: 1,000 clients at most the vectorised loop's time, 100 at most 0.6 of the plain loop's (issue 41)
-TARGETS = {("1000/100", 2): (LIMIT, 1.0), ("100/10", 2): (BARE, 0.6)}
+WITHOUT_RAY = "Mooring as `mooring run` runs it without a cluster (no Ray: clients in the driver's process)"
+# at the defaults (issue 41): 1,000 clients at most the vectorised loop's time, 100 at most 0.6 of the plain loop's;
+# with two actors asked for on Ray, and without Ray where the run needs none (`mooring run`'s own default here)
+TARGETS = {("1000/100", 2): (LIMIT, 1.0), ("100/10", 2): (BARE, 0.6),
+           ("1000/100", 0): (LIMIT, 1.0), ("100/10", 0): (BARE, 0.6)}
 
 
 def workload(size: str, rounds: int = 20, partition: str = "IID") -> list[str]:
@@ -58,12 +62,21 @@ def mooring_rows(actors: tuple[int, ...], engines: tuple[str | None, ...]) -> li
 
 def where_clients_trained(run_dir: str) -> str:
     """A row label's note where the clients trained in the coordinator (resources.clients_on: auto chose it, or
-    the row asked for it) rather than on the client actors the row names."""
+    the row asked for it) rather than on the client actors the row names, and where that was without Ray."""
     import json
     from pathlib import Path
 
     hosts = json.loads((Path(run_dir) / "actors.json").read_text())
-    return ", clients in the coordinator" if hosts and hosts[0].get("in_coordinator") else ""
+    if not hosts or not hosts[0].get("in_coordinator"):
+        return ""
+    return ", no Ray: clients in the driver's process" if hosts[0].get("without_ray") else ", clients in the coordinator"
+
+
+def mooring_process(config: str, overrides: list[str], cwd: str) -> list[float]:
+    """A run as `mooring run` makes it where no Ray cluster is given (benchmarks/mooring_process.py), in a fresh
+    process: its rounds' seconds."""
+    printed, _ = loop_process("benchmarks.mooring_process", config, overrides, cwd, False, "Mooring run without Ray")
+    return printed["round_seconds"]
 
 
 def in_process_seconds(cfg) -> float:
@@ -103,6 +116,10 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
                     seconds = {BARE: bare_loop_process(DEFAULT_CONFIG, base, tmp)[0],
                                LIMIT: bare_loop_process(DEFAULT_CONFIG, base, tmp, vectorized=True)[0],
                                IN_PROCESS: in_process_seconds(load_config(DEFAULT_CONFIG, base))}
+                    without_ray = mooring_process(DEFAULT_CONFIG, base + list(mooring_overrides), tmp)
+                    seconds[WITHOUT_RAY] = sum(without_ray)
+                    out["targets"][(size, WITHOUT_RAY)] = TARGETS.get((size, 0))
+                    out.setdefault("per_round", {}).setdefault((size, partition, WITHOUT_RAY), []).append(without_ray)
                     for label, n, overrides in mooring_rows(actors, engines):
                         cfg = load_config(DEFAULT_CONFIG, base + overrides + list(mooring_overrides))
                         result = run_experiment(cfg, progress=False)

@@ -135,6 +135,8 @@ def process_kind(p, is_root: bool) -> str:
     if is_root:
         return "the driver (`mooring run`)"
     title = " ".join(p.cmdline())
+    if "multiprocessing" in title:  # spawn's child: the run's MLflow tracking (orchestrator/reporting/tracker_process.py)
+        return "MLflow tracking's process"
     for actor in ("CoordinatorActor", "ClientActor", "IDLE"):
         if f"ray::{actor}" in title:
             return f"Ray worker: {actor}" if actor != "IDLE" else "Ray worker, idle"
@@ -160,7 +162,7 @@ def breakdown(m: dict) -> str:
         return ""
     cpu = "; ".join(f"{kind} {seconds:.1f}" for kind, seconds in sorted(m["cpu"].items(), key=lambda kv: -kv[1]))
     return ("\nWhere one more run's time went (`mooring run --profile`, which shuts Ray down in order; a phase "
-            "marked 'in the background' overlaps others):\n\n```\n" + "\n".join(m["profile"]) + "\n```\n\n"
+            "marked 'in the background' overlaps others; a run without Ray has no Ray phases):\n\n```\n" + "\n".join(m["profile"]) + "\n```\n\n"
             f"CPU seconds, sampled: `mooring run` {sum(m['cpu'].values()):.1f} ({cpu}); the plain loop's process "
             f"{m['bare_cpu']:.1f}.\n")
 

@@ -70,7 +70,8 @@ def test_a_run_leaves_none_of_its_ray_instance_s_processes_behind(tmp_path):
     import psutil
 
     sets = [f"checkpoint.dir={tmp_path / 'runs'}", f"data.partitions_dir={tmp_path / 'p'}", "tracking.enabled=false",
-            "train.rounds=20", "data.num_clients=4", "resources.num_actors=1"]
+            "train.rounds=20", "data.num_clients=4", "resources.num_actors=1",
+            "resources.clients_on=actors"]  # a run that needs Ray (one without starts none: test_local_coordinator.py)
     mooring = Path(sys.executable).parent / "mooring"
     run = subprocess.Popen([str(mooring), "run", "configs/default.yaml", "--quiet", *[f"--set={s}" for s in sets]],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

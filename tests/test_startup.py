@@ -64,6 +64,7 @@ def ray_processes_of(tmpdir: str) -> list[psutil.Process]:
 
 
 def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, workdir):
+    """On client actors (a run that needs Ray: it starts a local instance and ends it)."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))  # short: Ray's socket paths under it must fit in 107 bytes
     out_json = tmp_path / "out.json"
     home = tmp_path / "home"  # a new user's: no ~/.ray/auth_token, no RAY_AUTH_MODE
@@ -71,7 +72,7 @@ def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, w
     for variable in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(variable, None)
     args = ["run", "configs/default.yaml", "--quiet", "--output-json", str(out_json),
-            *(f"--set={o}" for o in FAST + workdir + ["tracking.enabled=false"])]
+            *(f"--set={o}" for o in FAST + workdir + ["tracking.enabled=false", "resources.clients_on=actors"])]
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
                           timeout=600, env=env)
     assert done.returncode == 0, done.stderr

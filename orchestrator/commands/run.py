@@ -4,6 +4,7 @@ beside it is refused)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from orchestrator.commands.common import (
     add_address_arg,
@@ -45,11 +46,8 @@ def print_summary(result, tracking_uri: str | None) -> None:
 
 
 def main(args) -> int:
-    import os
-
-    import ray
-
     from orchestrator.driver.run import run_experiment
+    from orchestrator.driver.run_start import may_run_without_ray
     from orchestrator.reporting.tracking import resolve_uri
 
     check_resume_args(args)
@@ -61,24 +59,50 @@ def main(args) -> int:
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
         RunLog(args.resume).check_records()  # and a damaged run.json or metrics.jsonl
-    ray_started_here = not args.address and not os.environ.get("RAY_ADDRESS") and not ray.is_initialized()
+    local_instance = may_run_without_ray(args.address)  # any Ray this command uses, it starts itself
+    tracker = None
     try:
-        cfg, data, before_run = config_and_ray(args, ray_started_here)
+        cfg, data, before_run, tracker = config_and_ray(args, local_instance)
         result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
-                                progress=not args.quiet, data=data)
+                                progress=not args.quiet, data=data, tracker=tracker)
     except BaseException:
-        if ray_started_here:
+        if local_instance and ray_running():
             shutdown_ray()
         raise
+    finally:
+        if tracker is not None:
+            tracker.close()
     print_summary(result, resolve_uri(cfg.tracking.uri) if cfg.tracking.enabled else None)
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(result.to_json(), f, indent=1)
     if args.profile:
-        print_profile(result, before_run, ray_started_here)
-    if ray_started_here:
+        print_profile(result, before_run, local_instance)
+    if local_instance:
         exit_without_ray_shutdown()
     return 0
+
+
+def ray_running() -> bool:
+    """Whether this process holds a Ray session (a run without Ray never imports it)."""
+    import sys
+
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+def clients_may_train_in_coordinator(raw: dict) -> bool:
+    """The run's resources block (alone, so torch is not imported for it) allows its clients to train in the
+    coordinator (orchestrator/driver/run_start.py's `early_coordinator`): then its Ray, if the data says it needs
+    any, starts once the data is there. A block that does not validate: False (the whole config's validation says
+    why)."""
+    from orchestrator.driver.run_start import early_coordinator
+    from orchestrator.experiment.config import ResourcesConfig
+
+    try:
+        resources = ResourcesConfig.model_validate(raw.get("resources") or {})
+    except Exception:  # noqa: BLE001 - pydantic's errors; reported by the full validation
+        return False
+    return early_coordinator(SimpleNamespace(resources=resources)) is True
 
 
 def check_resume_args(args) -> None:
@@ -94,8 +118,9 @@ def check_resume_args(args) -> None:
 
 
 def config_and_ray(args, start_ray: bool):
-    """The validated config, its data (a Future, or None: the run prepares it) and the phases so far (for
-    --profile). Where this command starts a local Ray instance, it starts it while a thread validates the config
+    """The validated config, its data (a Future, or None: the run prepares it), the phases so far (for
+    --profile) and the run's TrackerProcess (orchestrator/reporting/tracker_process.py: launched as soon as the
+    raw config says tracking is on, so MLflow is imported on another core meanwhile; None when it is off). Where this command starts a local Ray instance, it starts it while a thread validates the config
     and then prepares the data: validating imports torch and every model and algorithm, the data pyarrow (seconds
     of CPU), and starting Ray is mostly waiting for its processes. The config file's own errors (missing, not
     YAML, a bad --set) come first, before Ray; a bad value comes once Ray has started (and the caller stops it)."""
@@ -105,11 +130,14 @@ def config_and_ray(args, start_ray: bool):
     from orchestrator.experiment.config import build_config
     from orchestrator.io.run_dir import raw_config_for_run
     from orchestrator.ray_runtime.ray_start import ensure_ray
+    from orchestrator.reporting.tracker_process import TrackerProcess
 
     raw, source = raw_config_for_run(args.config, args.overrides, args.resume)
+    tracker = TrackerProcess.launch() if (raw.get("tracking") or {}).get("enabled", True) is not False else None
     launched = seconds_since_launch()
-    if not start_ray:
-        return build_config(raw, source), None, {"start: interpreter, imports, config": [seconds_since_launch()]}
+    if not start_ray or clients_may_train_in_coordinator(raw):
+        return (build_config(raw, source), None, {"start: interpreter, imports, config": [seconds_since_launch()]},
+                tracker)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mooring-config")
     data_seconds: list[float] = []
     validated = pool.submit(build_config, raw, source)
@@ -120,7 +148,7 @@ def config_and_ray(args, start_ray: bool):
     ray_seconds = time.perf_counter() - started
     return validated.result(), data, {"start: interpreter, imports": [launched],
                                       "start: Ray (config, then data, in the background)": [ray_seconds],
-                                      "start: data (in the background)": data_seconds}
+                                      "start: data (in the background)": data_seconds}, tracker
 
 
 def _checked_data(validated, seconds: list[float]):
@@ -153,7 +181,8 @@ def exit_without_ray_shutdown() -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    end_local_instance(orderly=False)
+    if ray_running():
+        end_local_instance(orderly=False)
     os._exit(0)
 
 
@@ -167,20 +196,24 @@ def seconds_since_launch() -> float:
 
 
 def print_profile(result, before_run: dict[str, list[float]], ray_started_here: bool) -> None:
-    """Every phase's count, median and total (see orchestrator/reporting/phases.py), then Ray's shutdown, timed here."""
+    """Every phase's count, median and total (see orchestrator/reporting/phases.py), then Ray's shutdown, timed here
+    (none where the run went without Ray)."""
     import time
 
-    import ray
-
-    from orchestrator.ray_runtime.ray_start import end_local_instance
     from orchestrator.reporting.phases import profile_table
 
-    shutdown = time.perf_counter()
-    if ray_started_here:
-        end_local_instance(orderly=True)
-    else:
-        ray.shutdown()
-    phases = {**before_run, **result.phases, "end: Ray shutdown": [time.perf_counter() - shutdown]}
+    phases = {**before_run, **result.phases}
+    if ray_running():
+        from orchestrator.ray_runtime.ray_start import end_local_instance
+
+        shutdown = time.perf_counter()
+        if ray_started_here:
+            end_local_instance(orderly=True)
+        else:
+            import ray
+
+            ray.shutdown()
+        phases["end: Ray shutdown"] = [time.perf_counter() - shutdown]
     print("\nwhere the time went (a phase marked 'in the background' overlaps others):")
     print(profile_table(phases))
 

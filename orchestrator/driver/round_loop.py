@@ -121,7 +121,7 @@ def record_round(ctx: RunContext, tracker: Tracker, record: RoundRecord, metrics
                  checkpoint) -> str | None:
     """The last round's metrics into metrics.jsonl (at least at a checkpoint), MLflow and the progress bar; and
     its checkpoint awaited where one was asked for. Returns the checkpoint written, if any."""
-    import ray
+    from orchestrator.driver.local_coordinator import get
 
     metrics, seconds = record.history[-1], record.round_seconds[-1]
     with ctx.phases("driver: metrics.jsonl"):
@@ -133,7 +133,7 @@ def record_round(ctx: RunContext, tracker: Tracker, record: RoundRecord, metrics
     if checkpoint is None:
         return None
     with ctx.phases("driver: wait for the checkpoint"):
-        return ray.get(checkpoint)
+        return get(checkpoint)
 
 
 def backfill_tracking(tracker: Tracker, log: RunLog, resumed_at: int) -> set[int]:

@@ -1,7 +1,10 @@
-"""One federated run on Ray, driven from here: the coordinator runs rounds, this process tracks them.
+"""One federated run, driven from here: the coordinator runs rounds, this process tracks them. The coordinator is a Ray
+actor, or, for a run given no Ray cluster whose clients all train in it, an object in this process and no Ray is
+started (orchestrator/driver/local_coordinator.py).
 
     run_experiment(cfg) → RunResult
-      ├─ connect to (or start) Ray, while the data and its partition are loaded in the background
+      ├─ connect to (or start) Ray where the run needs it, while the data and its partition are loaded in the
+      │  background
       ├─ CoordinatorActor(cfg) → ClientActor × K start; meanwhile the data goes into the object store and MLflow
       │  opens the run; coordinator.start(data) loads the actors                       (orchestrator/driver/run_start.py)
       ├─ after set-up: actors.json (node, pid, assigned resources of each client actor); at the end again,
@@ -21,9 +24,18 @@ import time
 from contextlib import nullcontext, suppress
 
 from orchestrator.driver import resume_config
+from orchestrator.driver.local_coordinator import CoordinatorCallError, get
+from orchestrator.driver.local_coordinator import end as end_coordinator
 from orchestrator.driver.round_loop import backfill_tracking, run_rounds
 from orchestrator.driver.run_context import RoundRecord, RunContext, RunRequest
-from orchestrator.driver.run_errors import RunError, coordinator_lost, disk_full, failed, resume_hint
+from orchestrator.driver.run_errors import (
+    RunError,
+    coordinator_lost,
+    disk_full,
+    failed,
+    ray_exception,
+    resume_hint,
+)
 from orchestrator.driver.run_start import set_up
 from orchestrator.driver.signals import RunInterrupted, StopSignals
 from orchestrator.experiment.config import ExperimentConfig
@@ -40,17 +52,18 @@ from orchestrator.reporting.tracking import Tracker
 def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
                    progress: bool = True, parent_run_id: str | None = None, on_round=None,
                    stop_after: int | None = None, run_dir: str | None = None,
-                   from_round: int | None = None, data=None) -> RunResult:
+                   from_round: int | None = None, data=None, tracker=None) -> RunResult:
     """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
     `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
     `from_round` resumes from that round's checkpoint instead of the latest; `data`, a Future of the
-    FederatedData of `prepare_data(cfg)` being prepared already (`mooring run` starts it while Ray starts).
+    FederatedData of `prepare_data(cfg)` being prepared already (`mooring run` starts it while Ray starts);
+    `tracker`, a TrackerProcess launched already to track the run from a process of its own (`mooring run`).
 
     SIGINT/SIGTERM (in the main thread) end the rounds in flight (or abandon one after ROUND_GRACE_SECONDS),
     write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     request = RunRequest(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
-                         from_round, data)
+                         from_round, data, tracker)
     note = optimizer_note(cfg)  # a plain-SGD method under momentum: its documented adjustment, in one line
     if note and progress:
         print(f"note: {note}", file=sys.stderr)
@@ -104,14 +117,12 @@ def _run_holding(ctx: RunContext) -> RunResult:
 def _start(ctx: RunContext):
     """The run set up (orchestrator/driver/run_start.py): (coordinator, tracker). A fresh run that fails here leaves no
     run directory; a Ray failure is one line."""
-    import ray
-
     try:
         return set_up(ctx)
     except BaseException as e:
         if not ctx.resumed:
             storage.remove_tree(ctx.log.run_dir)
-        if isinstance(e, ray.exceptions.RayError):
+        if isinstance(e, (CoordinatorCallError, ray_exception("RayError"))):
             raise failed("the run could not start", e, "start the run again") from None
         raise
 
@@ -121,8 +132,6 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
     result.json is written (from `result_now()`, with the failure's details if any) and the coordinator ends; a
     failure ends the MLflow run FAILED, with its details as tags, and is one line (a method's fault adds the
     traceback's last frames below it)."""
-    import ray
-
     run_dir, history = ctx.log.run_dir, record.history
     status, final_state, interrupted, error = "FAILED", None, None, None
     try:
@@ -131,11 +140,11 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
         if interrupted is None:
             final_state = _final_state(ctx, coordinator)
         status = "FINISHED" if len(history) == ctx.cfg.train.rounds else "KILLED"
-    except ray.exceptions.RayActorError as e:
+    except ray_exception("RayActorError") as e:
         error = RunError(coordinator_lost(run_dir, len(history), e))
         end_failed(tracker, error)
         raise error from None
-    except ray.exceptions.RayTaskError as e:
+    except (CoordinatorCallError, ray_exception("RayTaskError")) as e:
         error = disk_full(run_dir, e) or failed(f"round {len(history) + 1} failed", e, resume_hint(run_dir))
         end_failed(tracker, error)
         raise error from None
@@ -150,7 +159,7 @@ def _rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundRecord,
         ctx.stop.in_rounds = False
         result = result_now()
         result.error = error.details if error is not None else None
-        ray.kill(coordinator)
+        end_coordinator(coordinator)
         # a full disk here must not hide the error already on its way out
         with suppress(OSError) if sys.exc_info()[1] is not None else nullcontext():
             ctx.log.write("result.json", strict_json(result.to_json(), indent=1))
@@ -170,10 +179,8 @@ def end_failed(tracker: Tracker, error: RunError) -> None:
 def _final_state(ctx: RunContext, coordinator):
     """actors.json again, now with where the tensors lived (data and model devices, peak CUDA memory); the
     coordinator's phase timings; and the final global state."""
-    import ray
-
-    ctx.log.write("actors.json", json.dumps(ray.get(coordinator.actor_info.remote(timeout=30.0)), indent=1))
+    ctx.log.write("actors.json", json.dumps(get(coordinator.actor_info.remote(timeout=30.0)), indent=1))
     with ctx.phases("end: final state"):
-        final_state = ray.get(coordinator.final_state.remote())
-    ctx.phases.merge(ray.get(coordinator.phases.remote()))
+        final_state = get(coordinator.final_state.remote())
+    ctx.phases.merge(get(coordinator.phases.remote()))
     return final_state

@@ -27,6 +27,7 @@ class RunRequest:
     run_dir: str | None = None
     from_round: int | None = None
     data: Future | None = None
+    tracker: Any | None = None  # a TrackerProcess already launched (orchestrator/reporting/tracker_process.py)
 
     @property
     def last_round(self) -> int:

@@ -46,11 +46,10 @@ def failed(what: str, err: BaseException, then: str) -> RunError:
 
 
 def remote_error(err: Exception) -> str:
-    """A Ray task's failure as one line: the original exception's type and first line."""
-    import ray
-
-    cause = err.cause if isinstance(err, ray.exceptions.RayTaskError) and err.cause is not None else err
-    while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+    """A coordinator call's failure (a Ray task's, or a local coordinator's: orchestrator/driver/
+    local_coordinator.py) as one line: the original exception's type and first line."""
+    cause = err
+    while isinstance(getattr(cause, "cause", None), BaseException) and is_call_failure(cause):
         cause = cause.cause
     text = str(cause).strip().splitlines()
     return f"{type(cause).__name__}: {text[0][:200]}" if text else type(cause).__name__
@@ -79,3 +78,25 @@ def coordinator_lost(run_dir: str, rounds_done: int, err: Exception) -> str:
         "no checkpoint was written yet; start the run again"
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"the coordinator died after round {rounds_done} ({first[:160]}); {where}"
+
+
+def is_call_failure(err: BaseException) -> bool:
+    """Whether `err` wraps a coordinator call's exception as its `cause`: Ray's RayTaskError, or a local call's."""
+    from orchestrator.driver.local_coordinator import CoordinatorCallError
+
+    return isinstance(err, (CoordinatorCallError, ray_exception("RayTaskError")))
+
+
+class _NeverRaised(Exception):
+    """Stands for Ray's exception classes where this process never imported Ray (nothing raises them)."""
+
+
+def ray_exception(name: str) -> type[BaseException]:
+    """ray.exceptions.`name`, without importing Ray into a process that runs without it."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return _NeverRaised
+    import ray
+
+    return getattr(ray.exceptions, name)

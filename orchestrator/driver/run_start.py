@@ -1,11 +1,13 @@
-"""A run's set-up: Ray, the data, the MLflow run, the coordinator and its client actors, overlapped where they
-can be."""
+"""A run's set-up: Ray (where the run needs it), the data, the MLflow run, the coordinator and its client actors,
+overlapped where they can be."""
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.driver import resume_config
+from orchestrator.driver.local_coordinator import LocalCoordinator, get
+from orchestrator.driver.local_coordinator import end as end_coordinator
 from orchestrator.driver.preflight import check_engine
 from orchestrator.driver.run_context import RunContext
 from orchestrator.experiment.config import ExperimentConfig
@@ -30,31 +32,37 @@ def set_up(ctx: RunContext):
     run; MLflow's store is opened (its import, its tables, the experiment) while the data is prepared. The
     coordinator is launched as soon as Ray is up, before the data says where the clients train
     (`early_coordinator`): a guess under resources.clients_on = auto, redone once the data is there where it was
-    wrong. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
-    import ray
-
+    wrong. A run given no Ray cluster whose clients turn out to train in the coordinator starts no Ray at all: its
+    coordinator runs in this process (orchestrator/driver/local_coordinator.py); if they turn out to need client
+    actors, Ray starts then. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
     cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot
     data_ready = ctx.request.data
     coordinator = tracking_started = None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="mooring-start") as background:
         if data_ready is None:
             data_ready = background.submit(timed, phases, "start: data (in the background)", prepare_data, cfg)
-        tracker_opened = background.submit(timed, phases, "start: MLflow store (in the background)", open_tracker, cfg)
+        tracker_opened = background.submit(timed, phases, "start: MLflow store (in the background)", open_tracker, cfg, ctx.request.tracker)
         try:
-            with phases("start: Ray"):
-                ensure_ray(ctx.request.address)
-            ctx.stop.install()
+            guess = early_coordinator(cfg)
+            local = guess is True and may_run_without_ray(ctx.request.address)
+            if not local:
+                start_ray(ctx)
             if not ctx.resumed:
                 log.write("config.yaml", cfg.to_yaml())
                 resume_config.record(log.run_dir, cfg)
-            guess = early_coordinator(cfg)
-            if guess is not None:  # its process starts (and imports torch) while the data is prepared
+            if local:  # the coordinator's torch import and set-up overlap the data's
+                coordinator = LocalCoordinator(cfg, log.run_dir)
+            elif guess is not None:  # its process starts (and imports torch) while the data is prepared
                 coordinator = launch_coordinator(ctx, clients_here=guess)
             with phases("start: wait for the data"):
                 data = data_ready.result()
             check_engine(cfg, data)
             clients_here = clients_in_coordinator(cfg, data)
-            if coordinator is not None and guess != clients_here:
+            if local and not clients_here:
+                end_coordinator(coordinator)
+                coordinator, local = None, False
+                start_ray(ctx)
+            elif coordinator is not None and guess != clients_here:
                 with phases("start: coordinator relaunched (guessed wrong)"):
                     replace_coordinator(coordinator, coordinator_name(log.run_dir))
                 coordinator = None
@@ -71,25 +79,50 @@ def set_up(ctx: RunContext):
             # rather than during the first rounds, where it held the driver's GIL as their results came in
             import_plotting_meanwhile(log.run_dir)
             with phases("start: data into the object store"):
-                data_ref = ray.put(data)
+                data_box = [data] if local else [put_in_object_store(data)]
             # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)
             del data
             data_ready = None
             with phases("start: client actors ready and loaded"):
-                ray.get(coordinator.start.remote([data_ref], snapshot))
+                get(coordinator.start.remote(data_box, snapshot))
+            del data_box
             with phases("start: wait for MLflow"):
                 tracker = tracking_started.result()
             log.write("run.json", json.dumps({"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri, **tags}))
             with phases("start: set-up exchange"):
                 # set_up also writes actors.json: where each client actor runs and what it was given
-                ray.get(coordinator.set_up.remote())
+                get(coordinator.set_up.remote())
                 # a call of no rounds: the driver's and the coordinator's first run_rounds call (its first-use costs
                 # in Ray's call path) is paid here rather than by round 1 (orchestrator/clients/warm_up.py)
-                ray.get(coordinator.run_rounds.remote(0))
+                get(coordinator.run_rounds.remote(0))
         except BaseException as e:
             abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
     return coordinator, tracker
+
+
+def start_ray(ctx: RunContext) -> None:
+    """Ray connected to (or started), then this run's signal handlers put back over the one ray.init installs."""
+    with ctx.phases("start: Ray"):
+        ensure_ray(ctx.request.address)
+    ctx.stop.install()
+
+
+def may_run_without_ray(address: str | None) -> bool:
+    """Whether the run was given no Ray cluster (no address, no RAY_ADDRESS) and this process holds no Ray
+    session: then a run whose clients all train in the coordinator needs no Ray."""
+    import os
+    import sys
+
+    if address or os.environ.get("RAY_ADDRESS"):
+        return False
+    return "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+def put_in_object_store(data):
+    import ray
+
+    return ray.put(data)
 
 
 def early_coordinator(cfg: ExperimentConfig) -> bool | None:
@@ -134,18 +167,19 @@ def launch_coordinator(ctx: RunContext, clients_here: bool):
 
 
 def abandon_set_up(coordinator, tracking_started, status: str) -> None:
-    import ray
-
     if coordinator is not None:
-        ray.kill(coordinator)
+        end_coordinator(coordinator)
     if tracking_started is not None and tracking_started.exception() is None:
         tracking_started.result().end(status)
 
 
-def open_tracker(cfg: ExperimentConfig) -> Tracker:
+def open_tracker(cfg: ExperimentConfig, launched=None) -> Tracker:
     """The run's Tracker with MLflow imported and its store open (a new store's tables made, the experiment found
-    or made): what does not need the data."""
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+    or made): what does not need the data. `launched`: a TrackerProcess to serve it from its own process."""
+    if launched is not None:
+        tracker = launched.configure(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+    else:
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
     tracker.open()
     return tracker
 

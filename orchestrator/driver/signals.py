@@ -56,11 +56,11 @@ ROUND_GRACE_SECONDS = 5.0
 
 def await_round(ref, stop: StopSignals):
     """The round's metrics, or None if a stop request came and the round did not end within the grace time."""
-    import ray
+    from orchestrator.driver.local_coordinator import get, ready
 
-    while not ray.wait([ref], timeout=0.25)[0]:
+    while not ready(ref, timeout=0.25):
         if stop.signum is not None:
-            if not ray.wait([ref], timeout=ROUND_GRACE_SECONDS)[0]:
+            if not ready(ref, timeout=ROUND_GRACE_SECONDS):
                 return None
             break
-    return ray.get(ref)
+    return get(ref)

@@ -97,11 +97,14 @@ def host_info(host: ClientHost | None, client_ids: list[int], device: str, gpu_i
     """Where a client host runs, what it was given, and where its tensors are (an entry of actors.json)."""
     import torch
 
-    ctx = ray.get_runtime_context()
     placed = host.placement() if host is not None else {}
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
-    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": gpu_ids, "clients": list(client_ids),
-            "device": device, "assigned": dict(ctx.get_assigned_resources()), **placed, "cuda_peak_bytes": peak}
+    node_id, assigned = None, {}  # a run without Ray (orchestrator/driver/local_coordinator.py) has neither
+    if ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        node_id, assigned = ctx.get_node_id(), dict(ctx.get_assigned_resources())
+    return {"node_id": node_id, "pid": os.getpid(), "gpu_ids": gpu_ids, "clients": list(client_ids),
+            "device": device, "assigned": assigned, **placed, "cuda_peak_bytes": peak}
 
 
 def write_actor_info(run_dir: str, info: list[dict[str, Any]]) -> None:

@@ -77,7 +77,8 @@ class CoordinatorClients:
         """One entry, in actors.json's form: the coordinator's process hosting every client."""
         from orchestrator.ray_runtime.client_actor import host_info
 
-        return [{"in_coordinator": True, **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
+        return [{"in_coordinator": True, "without_ray": not ray.is_initialized(),
+                 **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
 
 
 # ------------------------------------------------------------------------------------ client actors

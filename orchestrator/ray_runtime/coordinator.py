@@ -1,0 +1,156 @@
+"""The coordinator: it owns the `Server` (global state and round loop) and a `ClientPool`
+(orchestrator/ray_runtime/client_pool.py): the client actors (orchestrator/ray_runtime/client_actor.py), each
+owning a `ClientHost`, or one host in the coordinator's own process. A plain class, so that a run whose clients
+all train in one process runs it in the driver's, without Ray (orchestrator/driver/local_coordinator.py); Ray's
+actor of it is orchestrator/ray_runtime/actors.py's `CoordinatorActor`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.io import checkpoint as ckpt
+from orchestrator.ray_runtime.client_actor import write_actor_info
+
+if TYPE_CHECKING:
+    from orchestrator.ray_runtime.client_pool import ClientPool
+
+# orchestrator.server.federation (and torch with it) is imported where it is used, not here: a worker imports this
+# module before it constructs an actor, and the coordinator starts the client actors first thing, so their
+# processes start (and import torch) while it imports torch itself.
+
+
+class Coordinator:
+    """Built in two steps, so that the client actors' processes start while the driver prepares the data: the
+    constructor starts the client actors; `start` gives the coordinator the data and waits for them. With
+    `clients_here` (resources.clients_on: orchestrator/ray_runtime/placement.py) there are no client actors: `start` hosts
+    every client in this process: a Ray actor's (`CoordinatorActor`, launched with one client actor's CPUs), or,
+    where the run needs no Ray at all, the driver's own (orchestrator/driver/local_coordinator.py)."""
+
+    def __init__(self, cfg, num_actors: int, run_dir: str, clients_here: bool = False):
+        from orchestrator.ray_runtime.client_pool import ActorPool
+
+        self.cfg, self.run_dir = cfg, run_dir
+        self.pool: ClientPool | None = None if clients_here else ActorPool(cfg, num_actors, run_dir)
+        self.idle_since: float | None = None  # when the last round or checkpoint ended
+        self.failure: Exception | None = None  # see run_rounds
+        import torch  # after the client actors are asked for: they start meanwhile
+
+        torch.set_num_threads(1)
+        if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
+            import orchestrator.server.federation  # noqa: F401
+
+    def start(self, data_box: list, snapshot: dict | None = None) -> None:
+        """`data_box` = [the data], or on Ray [ObjectRef]: boxed so Ray hands over the reference, which the client
+        actors then resolve from the shared object store instead of receiving a copy each."""
+        from orchestrator.clients.client_groups import ClientGroups
+        from orchestrator.ray_runtime.client_pool import CoordinatorClients
+        from orchestrator.server.federation import Server
+        from orchestrator.server.sampling import client_costs, sample_clients
+        from tasks.algorithms.engines import run_engine
+
+        data = resolved(data_box[0])
+        self.server = Server(self.cfg, data)
+        if snapshot is not None:
+            self.server.restore(snapshot)
+        self.last_checkpoint = snapshot["round"] if snapshot is not None else None  # the one resumed from
+        # the first draw imports NumPy's random machinery (benchmarks/README.md, "Tiny clients"): here, while the
+        # client actors load
+        sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
+        if self.pool is None:
+            self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
+            return
+        keeps_state = self.server.algorithm.capabilities().keeps_client_state
+        engine = run_engine(self.cfg, self.server.algorithm)
+        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
+                        None if keeps_state else client_costs(data, self.cfg.train))
+
+    # ------------------------------------------------------------------ driver-facing
+    def set_up(self) -> None:
+        from orchestrator.clients.client_calls import CallKind, ClientCall
+
+        if not self.server.set_up:
+            contributions = self.pool.call(ClientCall(CallKind.SETUP, None, list(range(self.server.num_clients)), 0))
+            self.server.setup([contributions.results[c] for c in sorted(contributions.results)])
+        write_actor_info(self.run_dir, self.pool.info())
+
+    def run_rounds(self, count: int) -> list[tuple[dict[str, Any], float]]:
+        """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
+        orchestrator/driver/round_loop.py): each one's metrics and seconds. A failed round is recorded, so that the calls
+        the driver queued behind it raise it too: it left the server half-changed (its round counted, its state
+        perhaps aggregated), and no later round or checkpoint may build on that. A round that fails after others
+        of the call ended is raised by the next call (or checkpoint), so that the driver first records those."""
+        self.raise_failure()
+        ended = []
+        for _ in range(count):
+            start = time.perf_counter()
+            try:
+                metrics = self.run_round()
+            except Exception as e:
+                self.failure = e
+                if not ended:
+                    raise
+                break
+            ended.append((metrics, time.perf_counter() - start))
+        return ended
+
+    def raise_failure(self) -> None:
+        """The failure of a round whose call returned the rounds before it: nothing may follow it (a checkpoint
+        would record the failed round's half-changed state)."""
+        if self.failure is not None:
+            raise self.failure
+
+    def run_round(self) -> dict[str, Any]:
+        if self.idle_since is not None:  # the driver asks for rounds ahead: this stays near 0 unless it lags
+            self.server.phases.add("round: coordinator idle before it", time.perf_counter() - self.idle_since)
+        try:
+            return self.server.run_round(self.pool.call)
+        finally:
+            self.idle_since = time.perf_counter()
+
+    def round(self) -> int:
+        return self.server.round
+
+    def checkpoint(self) -> str:
+        """The server's snapshot and the client state files written since the previous checkpoint (the client
+        states themselves are in the run directory already: orchestrator/clients/client_store.py)."""
+        self.raise_failure()
+        try:
+            with self.server.phases("checkpoint"):
+                return self._checkpoint()
+        finally:
+            self.idle_since = time.perf_counter()
+
+    def _checkpoint(self) -> str:
+        until = self.server.round
+        since = self.last_checkpoint if self.last_checkpoint is not None and self.last_checkpoint < until else None
+        changed = {}
+        # a method without client state writes no state files: nothing to ask the client hosts
+        if self.server.algorithm.capabilities().keeps_client_state:
+            changed = self.pool.changed_states(since, until, sorted(set(ckpt.checkpoint_rounds(self.run_dir)) | {until}))
+        written = ckpt.write_checkpoint(self.run_dir, self.server.snapshot(), changed, since)
+        self.last_checkpoint = until
+        return written
+
+    def final_state(self) -> dict[str, Any]:
+        return self.server.state
+
+    def actor_info(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Where the clients train (`ClientPool.info`): each client actor, or the coordinator."""
+        return self.pool.info(timeout)
+
+    def phases(self) -> dict[str, list[float]]:
+        return self.server.phases.as_dict()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def resolved(data):
+    """The data itself: fetched from Ray's object store where it is a reference to it."""
+    if type(data).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(data)
+    return data

@@ -1,0 +1,122 @@
+"""A run given no Ray cluster whose clients train in the coordinator runs it in the driver's process and starts no
+Ray (orchestrator/driver/local_coordinator.py), tracked from a process of its own
+(orchestrator/reporting/tracker_process.py): the same history as on Ray, MLflow's run read back, a method's bug
+one line, and a stop and resume as on Ray."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_startup import ray_processes_of
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["data.num_clients=6", "train.clients_per_round=5", "train.rounds=4", "checkpoint.every=2",
+         "train.group_steps=4"]
+
+
+def mooring_run(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def metrics_of(run_dir: Path) -> list[dict]:
+    timing = ("seconds", "time")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not any(t in k for t in timing)} for row in rows]
+
+
+def only_run(runs: Path) -> Path:
+    [run_dir] = list(runs.iterdir())
+    return run_dir
+
+
+@pytest.mark.ray
+def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path):
+    """The same config in the coordinator actor (on the test session's Ray) and in the driver, without Ray: the
+    histories and final models are bitwise equal; the local run started no Ray process and its MLflow run holds
+    its metrics, params and artifacts, FINISHED."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    address = ray_session.get_runtime_context().gcs_address
+    ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))
+    common = [f"--set={o}" for o in SMALL + ["resources.clients_on=coordinator",
+                                             f"data.partitions_dir={tmp_path / 'p'}"]]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    on_ray = mooring_run("configs/default.yaml", "--quiet", "--address", address, *common,
+                         f"--set=checkpoint.dir={tmp_path / 'ray'}", f"--set=tracking.uri={uri}")
+    assert on_ray.returncode == 0, on_ray.stderr
+    local = mooring_run("configs/default.yaml", "--quiet", *common, f"--set=checkpoint.dir={tmp_path / 'local'}",
+                        f"--set=tracking.uri={uri}", env_extra={"TMPDIR": str(ray_tmp)})
+    assert local.returncode == 0, local.stderr
+    assert ray_processes_of(str(ray_tmp)) == [] and not (ray_tmp / "ray").exists()  # Ray never started
+
+    ray_dir, local_dir = only_run(tmp_path / "ray"), only_run(tmp_path / "local")
+    assert metrics_of(local_dir) == metrics_of(ray_dir)
+    a, b = (torch.load(d / "final_state.pt", weights_only=True)["model"] for d in (ray_dir, local_dir))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    [actors] = json.loads((local_dir / "actors.json").read_text())
+    assert actors["without_ray"] is True and actors["node_id"] is None
+
+    run_id = json.loads((local_dir / "run.json").read_text())["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["algorithm.name"] == "fedavg"
+    assert [m.step for m in client.get_metric_history(run_id, "round")] == [1, 2, 3, 4]
+    assert {a.path for a in client.list_artifacts(run_id)} >= {"accuracy.png", "final_state.pt", "metrics.jsonl"}
+
+
+def test_a_methods_bug_without_ray_is_one_line(tmp_path):
+    """A method whose client code divides by zero in round 2, run without Ray: one line naming the method, hook,
+    client and round, the traceback's last frames below it, exit 1; the MLflow run FAILED with the hook as a tag."""
+    from mlflow.tracking import MlflowClient
+
+    flag = tmp_path / "fault"
+    flag.touch()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = mooring_run("configs/default.yaml", "--quiet", *[f"--set={o}" for o in SMALL + [
+        "algorithm.name=tests.faulty_methods:FailingClient", f"algorithm.failing_client.flag={flag}",
+        "algorithm.failing_client.round=2", "train.engine=sequential", f"checkpoint.dir={tmp_path / 'runs'}",
+        f"data.partitions_dir={tmp_path / 'p'}", f"tracking.uri={uri}"]])
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("error: round 2 failed: failing_client's client_result raised ZeroDivisionError")
+    assert "(client 0, round 2)" in lines[0] and lines[-1].endswith("in client_result: return 1 / 0")
+    run_id = json.loads((only_run(tmp_path / "runs") / "run.json").read_text())["mlflow_run_id"]
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["error.hook"] == "client_result"
+
+
+def test_a_stopped_run_without_ray_resumes_to_the_uninterrupted_history(tmp_path):
+    """SIGTERM during the rounds of a run without Ray: a checkpoint, exit status of a stop, and `--resume` ends
+    with the history of a run never stopped."""
+    overrides = [f"--set={o}" for o in ["data.num_clients=6", "train.clients_per_round=5", "train.rounds=400",
+                                        "checkpoint.every=50", f"data.partitions_dir={tmp_path / 'p'}",
+                                        "tracking.enabled=false"]]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "orchestrator.cli", "run", "configs/default.yaml", "--quiet", *overrides]
+    stopped = subprocess.Popen([*command, f"--set=checkpoint.dir={tmp_path / 'stopped'}"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((tmp_path / "stopped").glob("*/metrics.jsonl")):
+        time.sleep(0.1)
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=120)
+    assert stopped.returncode != 0 and "Traceback" not in err
+    run_dir = only_run(tmp_path / "stopped")
+    assert "--resume" in err and len(metrics_of(run_dir)) < 400
+    resumed = mooring_run("--resume", str(run_dir), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    whole = mooring_run("configs/default.yaml", "--quiet", *overrides, f"--set=checkpoint.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr
+    assert metrics_of(run_dir) == metrics_of(only_run(tmp_path / "whole"))

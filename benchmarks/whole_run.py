@@ -146,8 +146,9 @@ def process_kind(p, is_root: bool) -> str:
 def report(m: dict) -> str:
     clients, per_round = m["size"].split("/")
     engine = f", engine {m['engine']}" if m["engine"] else ""
+    actors = "" if "no Ray" in m["where"] else f", {m['actors']} actor{'s' if m['actors'] > 1 else ''}"
     rows = [["efficient plain loop, whole process", f"{m['bare']:.1f}", "1.00", f"of which rounds {m['bare_rounds']:.1f} s"],
-            [f"`mooring run`, {m['actors']} actor{'s' if m['actors'] > 1 else ''}{engine}{m['where']}, whole process",
+            [f"`mooring run`{actors}{engine}{m['where']}, whole process",
              f"{m['mooring']:.1f}", f"{m['ratio']:.2f}",
              f"target ≤ {TARGET:g}"]]
     return (f"{clients} clients, {per_round} per round, {m['rounds']} rounds, launch to exit:\n\n"

@@ -3,7 +3,8 @@
 The first local update a process runs pays for more than the update: torch's first optimizer (which imports
 torch._dynamo), autograd's first backward, the vectorized engine's first torch.func trace, the allocator's first
 blocks, the CUDA context on a GPU, the method's and the privacy layer's lazy imports. A warm-up runs one such
-update on throwaway copies, where the host is built (orchestrator/ray_runtime/actors.py: in each client actor, or in the
+update on throwaway copies (a call of two clients, and one of one client: the two take different paths), where
+the host is built (orchestrator/ray_runtime/actors.py: in each client actor, or in the
 coordinator that trains the clients): a host of its own for two of the clients (its own method instance, its own
 in-memory client states, nothing written to the run directory), the method's initial global model, one local step
 each. Its results are dropped, and the random states it draws from (torch's, on the CPU and the host's GPU,
@@ -44,7 +45,10 @@ def throwaway_update(cfg, data, clients: list[int], device: str) -> None:
     host = ClientHost(one_step, data, clients, device=device)
     algorithm = host.algorithm
     payload = algorithm.payload(algorithm.init_global(), 0)
-    host.call(ClientCall(CallKind.UPDATE, payload, clients, 0, summed=sums_updates(algorithm, cfg)))
+    summed = sums_updates(algorithm, cfg)
+    host.call(ClientCall(CallKind.UPDATE, payload, clients, 0, summed=summed))
+    if len(clients) > 1:  # a call of one client (one a round, or a group's last) takes the sequential path
+        host.call(ClientCall(CallKind.UPDATE, payload, clients[:1], 0, summed=summed))
 
 
 @contextlib.contextmanager

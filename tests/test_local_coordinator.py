@@ -120,3 +120,29 @@ def test_a_stopped_run_without_ray_resumes_to_the_uninterrupted_history(tmp_path
     whole = mooring_run("configs/default.yaml", "--quiet", *overrides, f"--set=checkpoint.dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr
     assert metrics_of(run_dir) == metrics_of(only_run(tmp_path / "whole"))
+
+
+def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys):
+    """The tracking process killed mid-run: the driver's calls go on as no-ops, tracking off, said once; what was
+    written before stays in the store."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.reporting.tracker_process import TrackerProcess
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = TrackerProcess.launch().configure(uri, "lost")
+    tracker.open()
+    run_id = tracker.start("lost-run", {"a": 1}, {"t": "x"})
+    tracker.log_metrics({"accuracy": 0.5}, step=1)
+    tracker.flush()
+    tracker.process.kill()
+    tracker.process.join(timeout=30)
+    tracker.log_metrics({"accuracy": 0.6}, step=2)
+    tracker.end("FINISHED")
+    tracker.set_tags({"after": "death"})
+    tracker.close()
+    assert tracker.enabled is False
+    assert capsys.readouterr().err.count("MLflow tracking off for this run: its process ended") == 1
+    client = MlflowClient(tracking_uri=uri)
+    assert [m.value for m in client.get_metric_history(run_id, "accuracy")] == [0.5]
+    assert client.get_run(run_id).data.params == {"a": "1"}

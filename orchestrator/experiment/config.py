@@ -361,8 +361,8 @@ class ResourcesConfig(Strict):
     gpus_per_actor: float = Field(0.0, ge=0, le=1, description="fraction of a GPU per client actor")
     max_actors: int = Field(64, ge=1, description="upper bound when num_actors is derived from resources")
     actor_start_timeout: float = Field(600.0, gt=0, description="seconds to wait for client actors to be placed")
-    warm_up: bool = Field(True, description="while the run starts, one throwaway local step of two clients on copies "
-                          "wherever clients train, so that the first round pays no first-use costs (torch's first "
+    warm_up: bool = Field(True, description="while the run starts, one throwaway local step of two clients together "
+                          "and of one alone, on copies, wherever clients train, so that the first round pays no first-use costs (torch's first "
                           "optimizer, the first torch.func trace, lazy imports); the history is the same without it "
                           "(orchestrator/clients/warm_up.py)")
     resident_clients: int | None = Field(

@@ -18,7 +18,11 @@ SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of 
 
 def serve(conn) -> None:
     """The child: MLflow imported at once, then one Tracker built from the first message and driven by the rest,
-    until the driver closes the pipe (or exits)."""
+    until the driver closes the pipe (or exits). Ctrl-C in a terminal reaches the whole process group: the child
+    leaves it to the driver, which ends the MLflow run KILLED through it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import mlflow  # noqa: F401 - imported while the driver starts: the point of this process
     from mlflow.tracking import MlflowClient  # noqa: F401
 
@@ -71,11 +75,12 @@ class TrackerProcess:
         return self
 
     def _ask(self, name: str, *args, **kwargs):
-        self.conn.send((name, args, kwargs, True))
+        if not self._send((name, args, kwargs, True)):
+            return None
         try:
             value, state, error = self.conn.recv()
-        except EOFError:
-            raise RuntimeError("MLflow tracking's process ended unexpectedly") from None
+        except (EOFError, OSError):
+            return self._lost()
         for key, got in state.items():
             setattr(self, key, got)
         if error is not None:
@@ -91,7 +96,27 @@ class TrackerProcess:
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         if self.run_id is not None and self.enabled:
-            self.conn.send(("log_metrics", (metrics, step), {}, False))
+            self._send(("log_metrics", (metrics, step), {}, False))
+
+    def _send(self, message) -> bool:
+        if self.process is None:  # lost before: tracking is off for this run
+            return False
+        try:
+            self.conn.send(message)
+        except OSError:
+            self._lost()
+            return False
+        return True
+
+    def _lost(self) -> None:
+        """The child is gone (killed, out of memory): tracking off for the rest of the run, as a Tracker turns
+        itself off after a failure, said once; the run goes on (its metrics are in the run directory)."""
+        if self.process is not None:
+            import sys
+
+            print("warning: MLflow tracking off for this run: its process ended; metrics are still in the run "
+                  "directory", file=sys.stderr)
+        self.enabled, self.process = False, None
 
     def logged_steps(self, key: str = "round") -> set[int]:
         return self._ask("logged_steps", key)
@@ -120,4 +145,5 @@ class TrackerProcess:
     def close(self) -> None:
         """The child ends (it sees the pipe close) once it has done what was sent."""
         self.conn.close()
-        self.process.join(timeout=10)
+        if self.process is not None:
+            self.process.join(timeout=10)

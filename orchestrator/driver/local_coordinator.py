@@ -12,14 +12,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-
-class CoordinatorCallError(Exception):
-    """A local coordinator call's failure, carrying the original exception as `cause` (as Ray's RayTaskError
-    does), so the driver reports both kinds alike (orchestrator/driver/run_errors.py)."""
-
-    def __init__(self, cause: BaseException):
-        super().__init__(str(cause))
-        self.cause = cause
+from orchestrator.driver.run_errors import CoordinatorCallError
 
 
 class _Method:

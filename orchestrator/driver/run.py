@@ -24,11 +24,12 @@ import time
 from contextlib import nullcontext, suppress
 
 from orchestrator.driver import resume_config
-from orchestrator.driver.local_coordinator import CoordinatorCallError, get
 from orchestrator.driver.local_coordinator import end as end_coordinator
+from orchestrator.driver.local_coordinator import get
 from orchestrator.driver.round_loop import backfill_tracking, run_rounds
 from orchestrator.driver.run_context import RoundRecord, RunContext, RunRequest
 from orchestrator.driver.run_errors import (
+    CoordinatorCallError,
     RunError,
     coordinator_lost,
     disk_full,

@@ -80,10 +80,17 @@ def coordinator_lost(run_dir: str, rounds_done: int, err: Exception) -> str:
     return f"the coordinator died after round {rounds_done} ({first[:160]}); {where}"
 
 
+class CoordinatorCallError(Exception):
+    """A call of the coordinator in the driver's process (orchestrator/driver/local_coordinator.py) that failed,
+    carrying the original exception as `cause` as Ray's RayTaskError does, so the driver reports both alike."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def is_call_failure(err: BaseException) -> bool:
     """Whether `err` wraps a coordinator call's exception as its `cause`: Ray's RayTaskError, or a local call's."""
-    from orchestrator.driver.local_coordinator import CoordinatorCallError
-
     return isinstance(err, (CoordinatorCallError, ray_exception("RayTaskError")))
 
 

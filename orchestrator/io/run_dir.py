@@ -138,16 +138,22 @@ def metrics_line(path: str, number: int, line: bytes) -> dict[str, Any]:
 
 class MetricsFile:
     """metrics.jsonl, rewritten at most every `every_seconds` (and when forced: at checkpoints and at the end),
-    not after every round: a short round would otherwise pay for rewriting the whole history each time."""
+    not after every round: a short round would otherwise pay for rewriting the whole history each time. Each
+    round's line is encoded once, when first written (a run's history only grows), so a rewrite costs its bytes,
+    not the encoding of every round again."""
 
     def __init__(self, log: RunLog, every_seconds: float = 2.0):
         self.log, self.every_seconds = log, every_seconds
+        self.lines: list[str] = []
         self.written, self.last = 0, time.monotonic()
 
     def update(self, history: list[dict[str, Any]], force: bool = False) -> None:
         if len(history) == self.written or not (force or time.monotonic() - self.last >= self.every_seconds):
             return
-        self.log.write_metrics(history)
+        if len(history) < len(self.lines):  # not the history these lines began
+            self.lines = []
+        self.lines += [strict_json(m) + "\n" for m in history[len(self.lines):]]
+        self.log.write("metrics.jsonl", "".join(self.lines))
         self.written, self.last = len(history), time.monotonic()
 
 

@@ -10,6 +10,7 @@ after a failure, with the warning printed by the child) the driver's copy follow
 from __future__ import annotations
 
 import multiprocessing
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ def serve(conn) -> None:
         try:
             if name == "__init__":
                 tracker, value = Tracker(*args, **kwargs), None
+            elif name == "log_metrics_batch":
+                for metrics, step in args[0]:
+                    tracker.log_metrics(metrics, step)
+                value = None
             else:
                 value = getattr(tracker, name)(*args, **kwargs)
             answer = (value, state_of(tracker), None)
@@ -56,9 +61,13 @@ def state_of(tracker) -> dict[str, Any]:
 class TrackerProcess:
     """The Tracker's methods, carried out by the child process (see the module's docstring)."""
 
+    SEND_SECONDS = 2.0  # metrics go to the child in one message at most this often (and before any other call)
+
     def __init__(self, conn, process):
         self.conn, self.process = conn, process
         self.enabled, self.run_id, self.experiment_id, self.uri = True, None, None, ""
+        self._pending: list[tuple[dict[str, Any], int]] = []
+        self._last_send = time.monotonic()
 
     @classmethod
     def launch(cls) -> TrackerProcess:
@@ -75,6 +84,7 @@ class TrackerProcess:
         return self
 
     def _ask(self, name: str, *args, **kwargs):
+        self._send_metrics()
         if not self._send((name, args, kwargs, True)):
             return None
         try:
@@ -95,8 +105,17 @@ class TrackerProcess:
         return self._ask("start", run_name, params, tags, parent_run_id=parent_run_id, resume_run_id=resume_run_id)
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        """Kept here and sent with the others every SEND_SECONDS: where the coordinator runs in this process, a
+        message a round would take its interpreter lock a round (benchmarks/README.md, "Tiny clients")."""
         if self.run_id is not None and self.enabled:
-            self._send(("log_metrics", (metrics, step), {}, False))
+            self._pending.append((metrics, step))
+            if time.monotonic() - self._last_send >= self.SEND_SECONDS:
+                self._send_metrics()
+
+    def _send_metrics(self) -> None:
+        pending, self._pending, self._last_send = self._pending, [], time.monotonic()
+        if pending:
+            self._send(("log_metrics_batch", (pending,), {}, False))
 
     def _send(self, message) -> bool:
         if self.process is None:  # lost before: tracking is off for this run
@@ -144,6 +163,7 @@ class TrackerProcess:
 
     def close(self) -> None:
         """The child ends (it sees the pipe close) once it has done what was sent."""
+        self._send_metrics()
         self.conn.close()
         if self.process is not None:
             self.process.join(timeout=10)

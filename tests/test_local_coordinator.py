@@ -146,3 +146,16 @@ def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys):
     client = MlflowClient(tracking_uri=uri)
     assert [m.value for m in client.get_metric_history(run_id, "accuracy")] == [0.5]
     assert client.get_run(run_id).data.params == {"a": "1"}
+
+
+def test_a_lost_tracking_process_reports_no_logged_steps(tmp_path):
+    """A resume asks which rounds MLflow holds: with the tracking process gone the answer is none (a disabled
+    Tracker's), not a failure."""
+    from orchestrator.reporting.tracker_process import TrackerProcess
+
+    tracker = TrackerProcess.launch().configure(f"sqlite:///{tmp_path / 'mlflow.db'}", "lost")
+    tracker.start("r", {}, {})
+    tracker.process.kill()
+    tracker.process.join(timeout=30)
+    assert tracker.logged_steps("round") == set()
+    tracker.close()

@@ -138,7 +138,7 @@ class TrackerProcess:
         self.enabled, self.process = False, None
 
     def logged_steps(self, key: str = "round") -> set[int]:
-        return self._ask("logged_steps", key)
+        return self._ask("logged_steps", key) or set()  # none where the child is gone, as a disabled Tracker
 
     def log_summary(self, summary: dict[str, Any], step: int = 0) -> None:
         self._ask("log_summary", summary, step=step)

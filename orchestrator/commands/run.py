@@ -13,6 +13,7 @@ from orchestrator.commands.common import (
     apply_outside_code,
     check_output_file,
 )
+from orchestrator.ray_runtime.ray_start import ray_session_held
 
 
 def configure(parser) -> None:
@@ -66,7 +67,7 @@ def main(args) -> int:
         result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
                                 progress=not args.quiet, data=data, tracker=tracker)
     except BaseException:
-        if local_instance and ray_running():
+        if local_instance and ray_session_held():
             shutdown_ray()
         raise
     finally:
@@ -81,13 +82,6 @@ def main(args) -> int:
     if local_instance:
         exit_without_ray_shutdown()
     return 0
-
-
-def ray_running() -> bool:
-    """Whether this process holds a Ray session (a run without Ray never imports it)."""
-    import sys
-
-    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
 
 
 def clients_may_train_in_coordinator(raw: dict) -> bool:
@@ -181,7 +175,7 @@ def exit_without_ray_shutdown() -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    if ray_running():
+    if ray_session_held():
         end_local_instance(orderly=False)
     os._exit(0)
 
@@ -203,7 +197,7 @@ def print_profile(result, before_run: dict[str, list[float]], ray_started_here: 
     from orchestrator.reporting.phases import profile_table
 
     phases = {**before_run, **result.phases}
-    if ray_running():
+    if ray_session_held():
         from orchestrator.ray_runtime.ray_start import end_local_instance
 
         shutdown = time.perf_counter()

@@ -19,7 +19,7 @@ from orchestrator.ray_runtime.placement import (
     default_num_actors,
     on_this_node,
 )
-from orchestrator.ray_runtime.ray_start import ensure_ray
+from orchestrator.ray_runtime.ray_start import ensure_ray, ray_session_held
 from orchestrator.reporting.phases import Phases
 from orchestrator.reporting.results import run_params
 from orchestrator.reporting.tracking import Tracker
@@ -112,11 +112,8 @@ def may_run_without_ray(address: str | None) -> bool:
     """Whether the run was given no Ray cluster (no address, no RAY_ADDRESS) and this process holds no Ray
     session: then a run whose clients all train in the coordinator needs no Ray."""
     import os
-    import sys
 
-    if address or os.environ.get("RAY_ADDRESS"):
-        return False
-    return "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    return not (address or os.environ.get("RAY_ADDRESS") or ray_session_held())
 
 
 def put_in_object_store(data):

@@ -16,3 +16,7 @@ class CoordinatorActor(Coordinator):
     def __init__(self, cfg, num_actors: int, run_dir: str, clients_here: bool = False):
         super().__init__(cfg, num_actors, run_dir, clients_here)
         wire.register()
+
+    def data_of(self, data_box: list):
+        """The data from Ray's object store (the box holds its reference)."""
+        return ray.get(data_box[0])

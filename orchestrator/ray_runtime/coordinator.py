@@ -41,6 +41,10 @@ class Coordinator:
         if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
             import orchestrator.server.federation  # noqa: F401
 
+    def data_of(self, data_box: list):
+        """The run's data: in the driver's process the box holds it (the Ray actor fetches its reference)."""
+        return data_box[0]
+
     def start(self, data_box: list, snapshot: dict | None = None) -> None:
         """`data_box` = [the data], or on Ray [ObjectRef]: boxed so Ray hands over the reference, which the client
         actors then resolve from the shared object store instead of receiving a copy each."""
@@ -50,7 +54,7 @@ class Coordinator:
         from orchestrator.server.sampling import client_costs, sample_clients
         from tasks.algorithms.engines import run_engine
 
-        data = resolved(data_box[0])
+        data = self.data_of(data_box)
         self.server = Server(self.cfg, data)
         if snapshot is not None:
             self.server.restore(snapshot)
@@ -146,11 +150,3 @@ class Coordinator:
     def pid(self) -> int:
         return os.getpid()
 
-
-def resolved(data):
-    """The data itself: fetched from Ray's object store where it is a reference to it."""
-    if type(data).__name__ == "ObjectRef":
-        import ray
-
-        return ray.get(data)
-    return data

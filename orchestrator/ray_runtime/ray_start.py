@@ -69,6 +69,13 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def ray_session_held() -> bool:
+    """Whether this process holds a Ray session (one that runs without Ray never imports it)."""
+    import sys
+
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
 def ensure_ray(address: str | None = None) -> None:
     import ray
 

@@ -120,7 +120,7 @@ class RunLog:
         self.read_metrics()
 
     def write_metrics(self, history: list[dict[str, Any]]) -> None:
-        self.write("metrics.jsonl", "".join(strict_json(m) + "\n" for m in history))
+        self.write("metrics.jsonl", "".join(map(metrics_jsonl_line, history)))
 
 
 def metrics_line(path: str, number: int, line: bytes) -> dict[str, Any]:
@@ -152,7 +152,7 @@ class MetricsFile:
             return
         if len(history) < len(self.lines):  # not the history these lines began
             self.lines = []
-        self.lines += [strict_json(m) + "\n" for m in history[len(self.lines):]]
+        self.lines += map(metrics_jsonl_line, history[len(self.lines):])
         self.log.write("metrics.jsonl", "".join(self.lines))
         self.written, self.last = len(history), time.monotonic()
 
@@ -166,6 +166,11 @@ def finite_or_none(value):
     if isinstance(value, (list, tuple)):
         return [finite_or_none(v) for v in value]
     return value
+
+
+def metrics_jsonl_line(metrics: dict[str, Any]) -> str:
+    """One round's line of metrics.jsonl."""
+    return strict_json(metrics) + "\n"
 
 
 def strict_json(obj, **kwargs) -> str:

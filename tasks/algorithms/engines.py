@@ -28,11 +28,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, vmap
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tasks.algorithms.base import (
     Algorithm,
@@ -44,8 +43,8 @@ from tasks.algorithms.base import (
     batch_indices,
     training_only,
 )
-from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.prototypes import ClassMeans
+from tasks.algorithms.stacked import ClientLosses, split_inputs
 from tasks.privacy.mechanisms import clip_rows
 
 ENGINES = ("auto", "sequential", "vectorized")
@@ -207,27 +206,26 @@ def stacked_batches(rounds: list[ClientRound], batches: list[list[torch.Tensor]]
     B = the longest batch of any (at most batch_size: clients of two samples are not padded to 16). Padding
     repeats the client's first sample, so no loss sees an empty or undefined row."""
     k = len(rounds)
-    sizes = torch.tensor([r.data.num_samples for r in rounds])
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)[:-1]])
+    offsets = np.cumsum([0] + [r.data.num_samples for r in rounds[:-1]])
     flat = [idx for client_batches in batches for idx in client_batches]  # client by client, step by step
-    lengths = torch.tensor([len(idx) for idx in flat], dtype=torch.long)
-    step_counts = torch.tensor([len(b) for b in batches], dtype=torch.long)
-    steps, width = int(step_counts.max()) if k else 0, int(lengths.max()) if len(flat) else 1
-    index = offsets.reshape(1, k, 1).repeat(steps, 1, width)
-    weight = torch.zeros(steps, k, width)
-    if flat:
-        client = torch.repeat_interleave(torch.arange(k), step_counts)
-        step_no = torch.arange(len(flat)) - torch.repeat_interleave(step_counts.cumsum(0) - step_counts, step_counts)
+    lengths = np.array([idx.shape[0] for idx in flat], dtype=np.int64)
+    step_counts = np.array([len(b) for b in batches], dtype=np.int64)
+    steps, width = int(step_counts.max()) if k else 0, int(lengths.max()) if flat else 1
+    index = np.broadcast_to(offsets.reshape(1, k, 1), (steps, k, width)).copy()
+    weight = np.zeros((steps, k, width), dtype=np.float32)
+    if flat:  # the position of every batch's samples in the [S, K, B] block, in NumPy: a few µs an operation
+        client = np.repeat(np.arange(k), step_counts)
+        step_no = np.arange(len(flat)) - np.repeat(np.cumsum(step_counts) - step_counts, step_counts)
         slot_start = (step_no * k + client) * width
-        batch_start = lengths.cumsum(0) - lengths
-        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(batch_start, lengths)
-        slots = torch.repeat_interleave(slot_start, lengths) + within
-        index.view(-1)[slots] = torch.cat(flat) + torch.repeat_interleave(offsets[client], lengths)
-        weight.view(-1)[slots] = 1.0
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        slots = np.repeat(slot_start, lengths) + within
+        index.reshape(-1)[slots] = torch.cat(flat).numpy() + np.repeat(offsets[client], lengths)
+        weight.reshape(-1)[slots] = 1.0
+    index, weight = torch.from_numpy(index), torch.from_numpy(weight).to(torch.get_default_dtype())
     active = (weight.sum(dim=2) > 0).to(torch.get_default_dtype())
     x_all, y_all = torch.cat([r.data.x for r in rounds]), torch.cat([r.data.y for r in rounds])
     return (x_all[index.to(x_all.device)].to(device), y_all[index.to(y_all.device)].to(device), weight.to(device),
-            active.to(device), step_counts.to(torch.float64))
+            active.to(device), torch.from_numpy(step_counts).to(torch.float64))
 
 
 def on_device(model: nn.Module, device) -> nn.Module:
@@ -238,34 +236,12 @@ def on_device(model: nn.Module, device) -> nn.Module:
     return model
 
 
-def has_tied_tensors(model: nn.Module) -> bool:
-    """Whether one parameter or buffer of `model` goes by two names: only then must functional_call tie them
-    (its check of every name costs about 4 % of a tiny round)."""
-    named = [t for _, t in model.named_parameters(remove_duplicate=False)]
-    named += [t for _, t in model.named_buffers(remove_duplicate=False)]
-    return len({id(t) for t in named}) < len(named)
-
-
 def stack_states(states: list[State], names: list[str], device) -> dict[str, torch.Tensor]:
     """{name: [K, ...]}: each client's tensor under `name`; one copy repeated if every client shares one state."""
     if all(s is states[0] for s in states):
         return {n: states[0][n].to(device).unsqueeze(0).repeat(len(states), *[1] * states[0][n].dim())
                 for n in names}
     return {n: torch.stack([s[n].to(device) for s in states]) for n in names}
-
-
-def split_inputs(inputs: list[State]) -> tuple[list, list[bool], object]:
-    """The objectives' input leaves, each either shared by every client (the same object: a payload tensor)
-    or stacked along the client dimension; and the tree structure to rebuild one client's inputs."""
-    flat = [tree_flatten(i) for i in inputs]
-    spec = flat[0][1]
-    leaves, batched = [], []
-    for position, first in enumerate(flat[0][0]):
-        column = [f[0][position] for f in flat]
-        shared = not isinstance(first, torch.Tensor) or all(v is first for v in column)
-        leaves.append(first if shared else torch.stack(column))
-        batched.append(not shared)
-    return leaves, batched, spec
 
 
 # ----------------------------------------------------------------------------------------- engine
@@ -389,26 +365,14 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     order = sorted(range(len(rounds)), key=lambda k: -len(all_batches[k]))
     rounds, all_batches = [rounds[k] for k in order], [all_batches[k] for k in order]
     on_device(model, device).train()
-    names = [n for n, _ in model.named_parameters()]
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     state_names = list(model.state_dict())
     starts = [r.objective.start for r in rounds]
     params = stack_states(starts, trainable, device)
     fixed = stack_states(starts, [n for n in state_names if n not in trainable], device)  # frozen, buffers
-    leaves, batched, spec = split_inputs([r.objective.inputs for r in rounds])
     x, y, weight, active, step_counts = stacked_batches(rounds, all_batches, device)
-    tied = has_tied_tensors(model)
-
-    def client_loss(p, fixed_k, x_k, y_k, w_k, batched_leaves):
-        it = iter(batched_leaves)
-        inputs = tree_unflatten([next(it) if b else leaf for leaf, b in zip(leaves, batched)], spec) if leaves else {}
-        tensors = {**p, **fixed_k}
-        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
-        return checked_loss(algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k)), \
-            h.detach()
-
-    losses_of = vmap(client_loss)
-    batched_leaves = [leaf for leaf, b in zip(leaves, batched) if b]
+    client_losses = ClientLosses(algorithm, model, [r.objective.inputs for r in rounds])
+    batched_leaves = client_losses.batched_leaves
     optimizer = StackedOptimizer(params, train, ctx.lr)
     loss_sum = torch.zeros(len(rounds), dtype=torch.float64, device=device)
     hooks = algorithm.step_hooks(rounds, params)
@@ -426,14 +390,21 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         with torch.no_grad():
             optimizer.step(grads, active_rows, everyone, first, number)
 
+    def alone_loss(leaf_params: dict[str, torch.Tensor], k: int, s: int) -> torch.Tensor:
+        """Client k's loss at its step s, its parameters `leaf_params` [1, ...] (row k alone)."""
+        rows = slice(k, k + 1)
+        if client_losses.stacks_forward:
+            return client_losses.losses(leaf_params, {name: f[rows] for name, f in fixed.items()}, x[s, rows],
+                                        y[s, rows], weight[s, rows], [leaf[rows] for leaf in batched_leaves])[0][0]
+        return client_losses.one({name: p[0] for name, p in leaf_params.items()}, {name: f[k] for name, f in fixed.items()},
+                                 x[s, k], y[s, k], weight[s, k], [leaf[k] for leaf in batched_leaves])[0]
+
     stepping = (step_counts.unsqueeze(0) > torch.arange(x.shape[0]).unsqueeze(1)).sum(dim=1).tolist()
     for s, n in enumerate(stepping):
         if not hooks and n <= ALONE_UP_TO:  # few clients still stepping: one by one costs less than vmap's fixed cost
             for k in range(n):
                 leaf_params = {name: p[k:k + 1].detach().requires_grad_(True) for name, p in params.items()}
-                loss, _ = client_loss({name: p[0] for name, p in leaf_params.items()},
-                                      {name: f[k] for name, f in fixed.items()}, x[s, k], y[s, k], weight[s, k],
-                                      [leaf[k] for leaf in batched_leaves])
+                loss = alone_loss(leaf_params, k, s)
                 step(leaf_params, loss, active[s, k:k + 1], True, k, s + 1)
                 loss_sum[k] += loss.detach().double()
             continue
@@ -442,8 +413,8 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         else:  # the prefix still stepping, every one of them active
             everyone = True
         leaf_params = {name: p[:n].detach().requires_grad_(True) for name, p in params.items()}
-        losses, h = losses_of(leaf_params, {name: f[:n] for name, f in fixed.items()}, x[s, :n], y[s, :n],
-                              weight[s, :n], [leaf[:n] for leaf in batched_leaves])
+        losses, h = client_losses.losses(leaf_params, {name: f[:n] for name, f in fixed.items()}, x[s, :n], y[s, :n],
+                                         weight[s, :n], [leaf[:n] for leaf in batched_leaves])
         losses = losses * active[s, :n]
         step(leaf_params, losses.sum(), active[s, :n], everyone, 0, s + 1)
         for hook in hooks:
@@ -503,19 +474,11 @@ def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRou
     ctx = rounds[0].ctx
     train, device = ctx.train, ctx.device
     on_device(model, device).train()
-    names = [n for n, _ in model.named_parameters()]
     start, inputs = rounds[0].objective.start, rounds[0].objective.inputs
     theta = {n: start[n].to(device).detach().requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
     fixed = {n: start[n].to(device) for n in model.state_dict() if n not in theta}
     x, y, weight, _, _ = stacked_batches(rounds, batches, device)
-    tied = has_tied_tensors(model)
-
-    def client_loss(x_k, y_k, w_k):
-        tensors = {**theta, **fixed}
-        h, logits = functional_call(model, tensors, (x_k,), {"return_features": True}, tie_weights=tied)
-        return checked_loss(algorithm.local_loss({n: tensors[n] for n in names}, x_k, y_k, h, logits, inputs, w_k))
-
-    losses = vmap(client_loss)(x[0], y[0], weight[0])
+    losses = ClientLosses(algorithm, model, [inputs]).shared_start({**theta, **fixed}, x[0], y[0], weight[0])
     w = torch.tensor(weights, dtype=losses.dtype, device=device)
     trainable = [n for n, t in theta.items() if t.requires_grad]
     grads = dict(zip(trainable, torch.autograd.grad((w * losses).sum(), [theta[n] for n in trainable],

@@ -31,6 +31,17 @@ class FLModel(nn.Module):
         logits = self.classifier(h)
         return (h, logits) if return_features else logits
 
+    def can_stack_forward(self) -> bool:
+        """Whether `stacked_forward` computes this model's forward (a subclass that changes the forward must not
+        inherit a parent's): the vectorized engine then trains it without vmap (tasks/algorithms/stacked.py)."""
+        return False
+
+    def stacked_forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h, logits) of K models at once: `params` every state tensor stacked [K, ...], `x` [K, B, ...] (client k's
+        batch under its own parameters), equal to `torch.func.vmap` of `forward(x, return_features=True)` under
+        `functional_call`. Models that give it say so in `can_stack_forward`."""
+        raise NotImplementedError(f"{type(self).__name__} has no stacked forward")
+
     def extractor_parameters(self) -> list[nn.Parameter]:
         head = {id(p) for p in self.classifier.parameters()}
         return [p for p in self.parameters() if id(p) not in head]

@@ -39,6 +39,29 @@ class MLP(FLModel):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
 
+    def can_stack_forward(self) -> bool:
+        cls = type(self)
+        return (cls.features is MLP.features and cls.forward is FLModel.forward
+                and cls.stacked_forward is MLP.stacked_forward)
+
+    def stacked_forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The body's Linear layers as batched matrix products over the clients, ReLU as it is; Flatten keeps each
+        client's batch dimension."""
+        h = x.reshape(x.shape[0], x.shape[1], -1)
+        for name, layer in self.body.named_children():
+            if isinstance(layer, nn.Linear):
+                h = stacked_linear(h, params[f"body.{name}.weight"], params.get(f"body.{name}.bias"))
+            elif isinstance(layer, nn.ReLU):
+                h = torch.relu(h)
+        return h, stacked_linear(h, params["classifier.weight"], params.get("classifier.bias"))
+
+
+def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """nn.Linear for K clients: x [K, B, in], weight [K, out, in], bias [K, out] → [K, B, out]."""
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
 
 class DigitsCNNParams(ModelParams):
     channels: list[int] = [16, 32]

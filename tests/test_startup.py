@@ -99,14 +99,15 @@ def test_mooring_run_starts_ray_before_importing_torch():
 
 
 def test_the_warm_up_trains_and_leaves_the_random_states_as_they_were(tmp_path):
-    """The warm-up (orchestrator/clients/warm_up.py) draws from torch's global generator (its throwaway host's model) and
-    trains; torch's, NumPy's and Python's global states are as before it."""
+    """The warm-ups (orchestrator/clients/warm_up.py: the host's, and the coordinator's throwaway round) draw from
+    torch's global generator (their throwaway models) and train; torch's, NumPy's and Python's global states are as
+    before them, and they write nothing."""
     import random
 
     import numpy as np
     import torch
 
-    from orchestrator.clients.warm_up import warm_up
+    from orchestrator.clients.warm_up import warm_up, warm_up_round
     from orchestrator.experiment.datasets import prepare_data
 
     cfg = load_config("configs/default.yaml", ["data.num_clients=4", f"data.partitions_dir={tmp_path}"])
@@ -115,12 +116,14 @@ def test_the_warm_up_trains_and_leaves_the_random_states_as_they_were(tmp_path):
     np.random.seed(2)
     random.seed(3)
     files = sorted(tmp_path.rglob("*"))
-    before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
-    assert warm_up(cfg, data, [0, 1, 2])  # it ran, and did not fail
-    after = torch.get_rng_state(), np.random.get_state()[1], random.getstate()
-    assert torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]
-    assert sorted(tmp_path.rglob("*")) == files  # it wrote nothing
-    assert not warm_up(load_config("configs/default.yaml", ["resources.warm_up=false"]), data, [0, 1])
+    for warming in (lambda: warm_up(cfg, data, [0, 1, 2]), lambda: warm_up_round(cfg, data)):
+        before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+        assert warming()  # it ran, and did not fail
+        after = torch.get_rng_state(), np.random.get_state()[1], random.getstate()
+        assert torch.equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[2] == after[2]
+        assert sorted(tmp_path.rglob("*")) == files  # it wrote nothing
+    off = load_config("configs/default.yaml", ["resources.warm_up=false"])
+    assert not warm_up(off, data, [0, 1]) and not warm_up_round(off, data)
 
 
 def test_the_warm_up_changes_no_history(ray_session, workdir):

@@ -3,29 +3,35 @@
 The first local update a process runs pays for more than the update: torch's first optimizer (which imports
 torch._dynamo), autograd's first backward, the vectorized engine's first torch.func trace, the allocator's first
 blocks, the CUDA context on a GPU, the method's and the privacy layer's lazy imports. A warm-up runs one such
-update on throwaway copies (a call of two clients, and one of one client: the two take different paths), where
-the host is built (orchestrator/ray_runtime/actors.py: in each client actor, or in the
-coordinator that trains the clients): a host of its own for two of the clients (its own method instance, its own
-in-memory client states, nothing written to the run directory), the method's initial global model, one local step
-each. Its results are dropped, and the random states it draws from (torch's, on the CPU and the host's GPU,
-NumPy's and Python's global ones) are put back as they were, so the run's history is the same with or without it
-(tests/test_startup.py). `resources.warm_up: false` leaves it out.
+update on throwaway copies where the host is built (orchestrator/ray_runtime/actors.py: in each client actor, or
+in the coordinator that trains the clients): a host of its own for as many of the clients as a round trains
+together (up to WARM_UP_MAX_CLIENTS; its own method instance, its own in-memory client states, nothing written to
+the run directory), the method's initial global model, and the paths a round takes: every client one local step
+(the one-step fold, where it applies), then two (the stacked steps after the first), then one client alone (the
+sequential engine), and one torch.save, as a checkpoint and a client state file make. The rounds' shapes matter:
+a warm-up of two clients left round 1 of 10 clients twice round 10's, and the rounds after it slower for several
+more (benchmarks/README.md, "Fixed cost"). A model whose first pass takes over HEAVY_SECONDS skips the second
+(its first-use costs are small beside a round). Its results are dropped, and the random states it draws from
+(torch's, on the CPU and the host's GPU, NumPy's and Python's global ones) are put back as they were, so the run's
+history is the same with or without it (tests/test_startup.py). `resources.warm_up: false` leaves it out.
 """
 from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Iterator
 
-WARM_UP_CLIENTS = 2  # a call of one client takes the sequential path: two reach the vectorized engine's trace
+WARM_UP_MAX_CLIENTS = 16
+HEAVY_SECONDS = 0.25
 
 
 def warm_up(cfg, data, client_ids: list[int], device: str = "cpu") -> bool:
-    """One throwaway local step for up to two of `client_ids` on a host of their own (see the module's
-    docstring); whether it ran. A method whose update needs what the run's set-up exchange or pre-round exchange
+    """Throwaway local steps for as many of `client_ids` as a round trains together, on a host of their own (see
+    the module's docstring); whether it ran. A method whose update needs what the run's set-up exchange or pre-round exchange
     gives it may fail here: its first real round then runs as it would have without the warm-up, and fails there
     if it fails."""
-    clients = client_ids[:WARM_UP_CLIENTS]
+    clients = client_ids[:min(cfg.clients_per_round, WARM_UP_MAX_CLIENTS)]
     if not cfg.resources.warm_up or not clients:
         return False
     with preserved_random_state(device):
@@ -37,18 +43,55 @@ def warm_up(cfg, data, client_ids: list[int], device: str = "cpu") -> bool:
 
 
 def throwaway_update(cfg, data, clients: list[int], device: str) -> None:
+    from orchestrator.io.storage import torch_bytes
+
+    start = time.perf_counter()
+    payload = throwaway_call(cfg, data, clients, device, 1)
+    torch_bytes(payload)
+    if len(clients) > 1 and time.perf_counter() - start < HEAVY_SECONDS:
+        throwaway_call(cfg, data, clients, device, 2)
+        throwaway_call(cfg, data, clients[:1], device, 1)  # a call of one client takes the sequential path
+
+
+def warm_up_round(cfg, data) -> bool:
+    """One throwaway round of a Server of its own (sampling, aggregation, the round's metrics; no evaluation) on a
+    host of its own for the round's clients, one local step each: the server's first-use costs, paid while the run
+    starts, where the coordinator trains the clients itself (orchestrator/ray_runtime/coordinator.py). Random states
+    put back as `warm_up` does; whether it ran (a method with a set-up exchange is left out)."""
+    if not cfg.resources.warm_up:
+        return False
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.server.federation import Server, in_process_calls
+    from orchestrator.server.sampling import sample_clients
+
+    # round 1 of 2, evaluated every 3: no evaluation
+    short = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": 1, "rounds": 2}),
+                                   "eval": cfg.eval.model_copy(update={"every": 3})})
+    with preserved_random_state():
+        try:
+            server = Server(short, data)
+            if not server.set_up:
+                return False
+            clients = sample_clients(cfg.seed, 0, data.num_clients, cfg.clients_per_round)
+            server.run_round(in_process_calls(ClientHost(short, data, clients)))
+        except Exception:  # noqa: BLE001 - an optimisation, as warm_up's
+            return False
+    return True
+
+
+def throwaway_call(cfg, data, clients: list[int], device: str, steps: int):
+    """One call of `clients`, `steps` local steps each, from the method's initial global model on a host of their
+    own; the payload it sent."""
     from orchestrator.clients.client_calls import CallKind, ClientCall
     from orchestrator.clients.client_host import ClientHost
     from orchestrator.clients.partial_sums import sums_updates
 
-    one_step = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": 1})})
-    host = ClientHost(one_step, data, clients, device=device)
+    short = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": steps})})
+    host = ClientHost(short, data, clients, device=device)
     algorithm = host.algorithm
     payload = algorithm.payload(algorithm.init_global(), 0)
-    summed = sums_updates(algorithm, cfg)
-    host.call(ClientCall(CallKind.UPDATE, payload, clients, 0, summed=summed))
-    if len(clients) > 1:  # a call of one client (one a round, or a group's last) takes the sequential path
-        host.call(ClientCall(CallKind.UPDATE, payload, clients[:1], 0, summed=summed))
+    host.call(ClientCall(CallKind.UPDATE, payload, clients, 0, summed=sums_updates(algorithm, cfg)))
+    return payload
 
 
 @contextlib.contextmanager

@@ -35,10 +35,14 @@ class RoundsCall:
 
 class RoundQueue:
     """The coordinator's calls in flight, in the order it runs them: each a run of rounds, and after it a checkpoint
-    where one is due (every `checkpoint.every` rounds, and after the last), asked for with the rounds."""
+    where one is due (every `checkpoint.every` rounds, or with `auto` once `auto_seconds` have passed since the
+    previous one; and after the last), asked for with the rounds."""
 
-    def __init__(self, coordinator, done: int, last: int, every: int, per_call: int | Literal["auto"] = "auto"):
-        self.coordinator, self.submitted, self.last, self.every = coordinator, done, last, every
+    def __init__(self, coordinator, done: int, last: int, every: int | Literal["auto"],
+                 per_call: int | Literal["auto"] = "auto", auto_seconds: float = 30.0):
+        self.coordinator, self.submitted, self.last = coordinator, done, last
+        self.every = 0 if every == "auto" else every
+        self.timed, self.auto_seconds, self.since = every == "auto", auto_seconds, time.monotonic()
         self.fixed = per_call != "auto"  # resources.rounds_per_call
         self.per_call = per_call if self.fixed else 1  # auto: one until a round's time is known
         self.calls: deque[RoundsCall] = deque()
@@ -50,9 +54,15 @@ class RoundQueue:
         if self.every:  # up to the next due checkpoint
             count = min(count, self.every - self.submitted % self.every)
         self.submitted += count
-        due = (self.every and self.submitted % self.every == 0) or self.submitted == self.last
+        due = (self.every and self.submitted % self.every == 0) or self.submitted == self.last or self._time_due()
+        if due:
+            self.since = time.monotonic()
         self.calls.append(RoundsCall(self.coordinator.run_rounds.remote(count),
                                      self.coordinator.checkpoint.remote() if due else None))
+
+    def _time_due(self) -> bool:
+        """checkpoint.every: auto: whether `auto_seconds` have passed since the previous checkpoint was asked for."""
+        return self.timed and time.monotonic() - self.since >= self.auto_seconds
 
     def observe(self, seconds_per_round: float) -> None:
         """The rounds' time so far: later calls ask for about CALL_SECONDS of rounds (unless fixed)."""
@@ -78,7 +88,7 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
     cfg, history = ctx.cfg, record.history
     bar = progress_bar(ctx.request.progress, cfg.train.rounds, len(history))
     queue = RoundQueue(coordinator, len(history), ctx.request.last_round, cfg.checkpoint.every,
-                       cfg.resources.rounds_per_call)
+                       cfg.resources.rounds_per_call, cfg.checkpoint.auto_seconds)
     metrics_file = MetricsFile(ctx.log)
     r0 = time.perf_counter()
     try:

@@ -482,7 +482,10 @@ class TrackingConfig(Strict):
 
 
 class CheckpointConfig(Strict):
-    every: int = Field(5, ge=0, description="rounds between checkpoints; 0: only at the end")
+    every: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto", description="rounds between checkpoints; 0: only at the end; auto: a checkpoint once `auto_seconds` "
+                            "have passed since the previous one (or the start), and after the last round")
+    auto_seconds: float = Field(30.0, gt=0, description="with every: auto, the seconds of rounds between checkpoints")
     dir: StorageLocation = Field("runs", description="local path or pyarrow.fs URI under which run directories live")
 
 

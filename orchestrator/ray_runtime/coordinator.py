@@ -49,6 +49,7 @@ class Coordinator:
         """`data_box` = [the data], or on Ray [ObjectRef]: boxed so Ray hands over the reference, which the client
         actors then resolve from the shared object store instead of receiving a copy each."""
         from orchestrator.clients.client_groups import ClientGroups
+        from orchestrator.clients.warm_up import warm_up_round
         from orchestrator.ray_runtime.client_pool import CoordinatorClients
         from orchestrator.server.federation import Server
         from orchestrator.server.sampling import client_costs, sample_clients
@@ -64,6 +65,7 @@ class Coordinator:
         sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
         if self.pool is None:
             self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
+            warm_up_round(self.cfg, data)  # the server's half of round 1's first-use costs, here
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
         engine = run_engine(self.cfg, self.server.algorithm)

@@ -44,7 +44,7 @@ from tasks.algorithms.base import (
     training_only,
 )
 from tasks.algorithms.prototypes import ClassMeans
-from tasks.algorithms.stacked import ClientLosses, split_inputs
+from tasks.algorithms.stacked import ClientLosses, layout_of, split_inputs
 from tasks.privacy.mechanisms import clip_rows
 
 ENGINES = ("auto", "sequential", "vectorized")
@@ -366,7 +366,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     rounds, all_batches = [rounds[k] for k in order], [all_batches[k] for k in order]
     on_device(model, device).train()
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    state_names = list(model.state_dict())
+    state_names = layout_of(model).state_names
     starts = [r.objective.start for r in rounds]
     params = stack_states(starts, trainable, device)
     fixed = stack_states(starts, [n for n in state_names if n not in trainable], device)  # frozen, buffers
@@ -415,7 +415,8 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         leaf_params = {name: p[:n].detach().requires_grad_(True) for name, p in params.items()}
         losses, h = client_losses.losses(leaf_params, {name: f[:n] for name, f in fixed.items()}, x[s, :n], y[s, :n],
                                          weight[s, :n], [leaf[:n] for leaf in batched_leaves])
-        losses = losses * active[s, :n]
+        if not everyone:  # a client past its last step contributes no gradient (every one active: ×1, skipped)
+            losses = losses * active[s, :n]
         step(leaf_params, losses.sum(), active[s, :n], everyone, 0, s + 1)
         for hook in hooks:
             hook.after_step(h, y[s], weight[s], active[s])
@@ -476,7 +477,7 @@ def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRou
     on_device(model, device).train()
     start, inputs = rounds[0].objective.start, rounds[0].objective.inputs
     theta = {n: start[n].to(device).detach().requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
-    fixed = {n: start[n].to(device) for n in model.state_dict() if n not in theta}
+    fixed = {n: start[n].to(device) for n in layout_of(model).state_names if n not in theta}
     x, y, weight, _, _ = stacked_batches(rounds, batches, device)
     losses = ClientLosses(algorithm, model, [inputs]).shared_start({**theta, **fixed}, x[0], y[0], weight[0])
     w = torch.tensor(weights, dtype=losses.dtype, device=device)

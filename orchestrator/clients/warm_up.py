@@ -53,6 +53,18 @@ def throwaway_update(cfg, data, clients: list[int], device: str) -> None:
         throwaway_call(cfg, data, clients[:1], device, 1)  # a call of one client takes the sequential path
 
 
+def build_working_model(algorithm, device: str = "cpu") -> None:
+    """The host's own working model built now rather than by its first client in round 1 (the warm-up's host has a
+    model of its own); methods with models of their own (several architectures, pairs) build theirs as they meet
+    them."""
+    from tasks.algorithms.base import Algorithm
+    from tasks.algorithms.stacked import layout_of
+
+    if type(algorithm).working_model is Algorithm.working_model:
+        with preserved_random_state(device):
+            layout_of(algorithm.working_model(device=device))
+
+
 def warm_up_round(cfg, data) -> bool:
     """One throwaway round of a Server of its own (sampling, aggregation, the round's metrics; no evaluation) on a
     host of its own for the round's clients, one local step each: the server's first-use costs, paid while the run

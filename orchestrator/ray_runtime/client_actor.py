@@ -77,12 +77,13 @@ def host_for_run(cfg, data, client_ids: list[int], run_dir: str, rounds_done: in
     """A host of `client_ids` whose states live in the run directory, as the run stands after `rounds_done` rounds
     (states written after it are from a run that went further, and are dropped), warmed up (orchestrator/clients/warm_up.py)."""
     from orchestrator.clients.client_host import ClientHost
-    from orchestrator.clients.warm_up import warm_up
+    from orchestrator.clients.warm_up import build_working_model, warm_up
 
     store = ClientStateStore(states_dir(run_dir), cfg.resources.resident_clients, client_ids, upto=rounds_done,
                              keep=ckpt.checkpoint_rounds(run_dir))
     host = ClientHost(cfg, data, client_ids, device=device, store=store)
     warm_up(cfg, data, client_ids, device)  # the first round's first-use costs, paid here (resources.warm_up)
+    build_working_model(host.algorithm, device)
     return host
 
 

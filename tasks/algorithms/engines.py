@@ -228,11 +228,14 @@ def stacked_batches(rounds: list[ClientRound], batches: list[list[torch.Tensor]]
             active.to(device), torch.from_numpy(step_counts).to(torch.float64))
 
 
-def on_device(model: nn.Module, device) -> nn.Module:
-    """`model` on `device`, moved only if a tensor of it is elsewhere (Module.to walks every module even then)."""
+def ready_to_train(model: nn.Module, device) -> nn.Module:
+    """`model` on `device` and in train mode, moved only if a tensor of it is elsewhere (Module.to walks every
+    module even then), switched only if it is in eval mode (Module.train walks every module too)."""
     device = torch.device(device)
     if any(t.device != device for t in [*model.parameters(), *model.buffers()]):
         model.to(device)
+    if not all(m.training for m in model.modules()):
+        model.train()
     return model
 
 
@@ -364,7 +367,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     all_batches = round_batches(rounds, train) if batches is None else batches
     order = sorted(range(len(rounds)), key=lambda k: -len(all_batches[k]))
     rounds, all_batches = [rounds[k] for k in order], [all_batches[k] for k in order]
-    on_device(model, device).train()
+    ready_to_train(model, device)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     state_names = layout_of(model).state_names
     starts = [r.objective.start for r in rounds]
@@ -399,7 +402,8 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         return client_losses.one({name: p[0] for name, p in leaf_params.items()}, {name: f[k] for name, f in fixed.items()},
                                  x[s, k], y[s, k], weight[s, k], [leaf[k] for leaf in batched_leaves])[0]
 
-    stepping = (step_counts.unsqueeze(0) > torch.arange(x.shape[0]).unsqueeze(1)).sum(dim=1).tolist()
+    counts = [len(b) for b in all_batches]  # most first
+    stepping = [sum(c > s for c in counts) for s in range(x.shape[0])]  # clients still stepping at each step
     for s, n in enumerate(stepping):
         if not hooks and n <= ALONE_UP_TO:  # few clients still stepping: one by one costs less than vmap's fixed cost
             for k in range(n):
@@ -474,7 +478,7 @@ def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRou
     (float64 sums on the CPU, the non-float tensors) and each client's loss."""
     ctx = rounds[0].ctx
     train, device = ctx.train, ctx.device
-    on_device(model, device).train()
+    ready_to_train(model, device)
     start, inputs = rounds[0].objective.start, rounds[0].objective.inputs
     theta = {n: start[n].to(device).detach().requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
     fixed = {n: start[n].to(device) for n in layout_of(model).state_names if n not in theta}

@@ -17,7 +17,6 @@ actors or the round, so histories stay the same whatever runs them.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -41,16 +40,18 @@ class ModelLayout:
     stacks_forward: bool  # it gives a stacked forward, and no tensor of it goes by two names
 
 
-_layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# kept on the model instance itself: a weak-keyed table's removal callback, run when a model is collected, is
+# where a Ray worker killed with SIGTERM printed an "Exception ignored" traceback
+LAYOUT_ATTRIBUTE = "_mooring_layout"
 
 
 def layout_of(model: nn.Module) -> ModelLayout:
-    layout = _layouts.get(model)
+    layout = model.__dict__.get(LAYOUT_ATTRIBUTE)
     if layout is None:
         tied = has_tied_tensors(model)
         stacks = isinstance(model, FLModel) and model.can_stack_forward() and not tied
-        layout = _layouts[model] = ModelLayout(list(model.state_dict()), [n for n, _ in model.named_parameters()], tied,
-                                               stacks)
+        layout = ModelLayout(list(model.state_dict()), [n for n, _ in model.named_parameters()], tied, stacks)
+        model.__dict__[LAYOUT_ATTRIBUTE] = layout
     return layout
 
 

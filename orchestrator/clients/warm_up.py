@@ -76,9 +76,8 @@ def warm_up_round(cfg, data) -> bool:
     from orchestrator.server.federation import Server, in_process_calls
     from orchestrator.server.sampling import sample_clients
 
-    # round 1 of 2, evaluated every 3: no evaluation
-    short = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": 1, "rounds": 2}),
-                                   "eval": cfg.eval.model_copy(update={"every": 3})})
+    short = with_local_steps(cfg, 1, rounds=2).model_copy(  # round 1 of 2, evaluated every 3: no evaluation
+        update={"eval": cfg.eval.model_copy(update={"every": 3})})
     with preserved_random_state():
         try:
             server = Server(short, data)
@@ -98,12 +97,16 @@ def throwaway_call(cfg, data, clients: list[int], device: str, steps: int):
     from orchestrator.clients.client_host import ClientHost
     from orchestrator.clients.partial_sums import sums_updates
 
-    short = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": steps})})
-    host = ClientHost(short, data, clients, device=device)
+    host = ClientHost(with_local_steps(cfg, steps), data, clients, device=device)
     algorithm = host.algorithm
     payload = algorithm.payload(algorithm.init_global(), 0)
     host.call(ClientCall(CallKind.UPDATE, payload, clients, 0, summed=sums_updates(algorithm, cfg)))
     return payload
+
+
+def with_local_steps(cfg, steps: int, **train):
+    """`cfg` with `steps` local steps a client (and any other train settings given)."""
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_steps": steps, **train})})
 
 
 @contextlib.contextmanager

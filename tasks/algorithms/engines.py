@@ -393,22 +393,15 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
         with torch.no_grad():
             optimizer.step(grads, active_rows, everyone, first, number)
 
-    def alone_loss(leaf_params: dict[str, torch.Tensor], k: int, s: int) -> torch.Tensor:
-        """Client k's loss at its step s, its parameters `leaf_params` [1, ...] (row k alone)."""
-        rows = slice(k, k + 1)
-        if client_losses.stacks_forward:
-            return client_losses.losses(leaf_params, {name: f[rows] for name, f in fixed.items()}, x[s, rows],
-                                        y[s, rows], weight[s, rows], [leaf[rows] for leaf in batched_leaves])[0][0]
-        return client_losses.one({name: p[0] for name, p in leaf_params.items()}, {name: f[k] for name, f in fixed.items()},
-                                 x[s, k], y[s, k], weight[s, k], [leaf[k] for leaf in batched_leaves])[0]
-
-    counts = [len(b) for b in all_batches]  # most first
+    counts = step_counts.tolist()  # most first
     stepping = [sum(c > s for c in counts) for s in range(x.shape[0])]  # clients still stepping at each step
     for s, n in enumerate(stepping):
         if not hooks and n <= ALONE_UP_TO:  # few clients still stepping: one by one costs less than vmap's fixed cost
             for k in range(n):
-                leaf_params = {name: p[k:k + 1].detach().requires_grad_(True) for name, p in params.items()}
-                loss = alone_loss(leaf_params, k, s)
+                rows = slice(k, k + 1)
+                leaf_params = {name: p[rows].detach().requires_grad_(True) for name, p in params.items()}
+                loss = client_losses.row(leaf_params, {name: f[rows] for name, f in fixed.items()}, x[s, rows],
+                                         y[s, rows], weight[s, rows], [leaf[rows] for leaf in batched_leaves])
                 step(leaf_params, loss, active[s, k:k + 1], True, k, s + 1)
                 loss_sum[k] += loss.detach().double()
             continue

@@ -115,6 +115,15 @@ class ClientLosses:
             return stacked_cross_entropy(logits, y, weight), h.detach()
         return vmap(self._loss)(tensors, x, y, h, logits, weight, batched_leaves), h.detach()
 
+    def row(self, params: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+            weight: torch.Tensor, batched_leaves: list) -> torch.Tensor:
+        """The loss of one client given as a stack of one row ([1, ...] each), without vmap's fixed cost on either
+        route: the stacked forward where the model gives one, functional_call on the row otherwise."""
+        if self.stacks_forward:
+            return self.losses(params, fixed, x, y, weight, batched_leaves)[0][0]
+        return self.one({n: p[0] for n, p in params.items()}, {n: f[0] for n, f in fixed.items()}, x[0], y[0],
+                        weight[0], [leaf[0] for leaf in batched_leaves])[0]
+
     def one(self, params: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
             weight: torch.Tensor, batched_leaves: list) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, detached features) of one client's tensors through functional_call."""

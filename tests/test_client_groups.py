@@ -43,8 +43,32 @@ def test_auto_groups_are_the_coordinators_round_size_of_the_engine(tmp_path):
     data = prepare_data(cfg)
     expected = sum(client_costs(data, cfg.train))  # every client a round
     assert SMALL_ROUND_STEPS["sequential"] < expected <= SMALL_ROUND_STEPS["vectorized"]
-    assert ClientGroups.of_run(cfg, data, "vectorized").count == 1
-    assert ClientGroups.of_run(cfg, data, "sequential").count == -(-expected // SMALL_ROUND_STEPS["sequential"])
+    algorithm = ClientHost(cfg, data, []).algorithm
+    assert ClientGroups.of_run(cfg, data, "vectorized", algorithm).count == 1
+    assert (ClientGroups.of_run(cfg, data, "sequential", algorithm).count
+            == -(-expected // SMALL_ROUND_STEPS["sequential"]))
+
+
+def test_auto_groups_of_a_large_model_are_a_few_steps_each(tmp_path):
+    """A model of more than SMALL_MODEL_MACS a sample (acar_cnn on 28×28 digits: a step costs its arithmetic):
+    groups of LARGE_MODEL_ROUND_STEPS expected steps on either engine, and clients_on=auto sends a round of more
+    steps than that to client actors; the digits MLP's round of the same steps stays in the coordinator."""
+    from orchestrator.ray_runtime.placement import LARGE_MODEL_ROUND_STEPS, clients_in_coordinator
+    from tasks.algorithms.engines import large_model
+
+    cfg = tiny(tmp_path, "train.local_epochs=1", "data.dataset=digits_28", "model.name=acar_cnn",
+               "model.hidden=384")
+    data = prepare_data(cfg)
+    algorithm = ClientHost(cfg, data, []).algorithm
+    expected = sum(client_costs(data, cfg.train))
+    assert "AcarCNN costs 2,321,024" in large_model(algorithm) and expected > LARGE_MODEL_ROUND_STEPS
+    for engine in ("sequential", "vectorized"):
+        groups = ClientGroups.of_run(cfg, data, engine, algorithm).count
+        assert groups == min(data.num_clients, -(-expected // LARGE_MODEL_ROUND_STEPS))  # at most one a client
+    assert not clients_in_coordinator(cfg, data)
+    mlp = tiny(tmp_path, "train.local_epochs=1")
+    mlp_data = prepare_data(mlp)
+    assert large_model(ClientHost(mlp, mlp_data, []).algorithm) == "" and clients_in_coordinator(mlp, mlp_data)
 
 
 def test_a_rounds_groups_and_the_hosts_of_blocks():
@@ -58,7 +82,7 @@ def as_on_actors(cfg, data, num_actors: int):
     """What ActorPool does, in this process: the clients hosted as on `num_actors` actors (block by block), a
     round's groups placed whole (orchestrator/ray_runtime/client_pool.py); and the plans."""
     probe = ClientHost(cfg, data, [])
-    groups = ClientGroups.of_run(cfg, data, probe.engine)
+    groups = ClientGroups.of_run(cfg, data, probe.engine, probe.algorithm)
     sticky = probe.algorithm.capabilities().keeps_client_state
     hosted = groups.hosts(num_actors)
     hosts = [ClientHost(cfg, data, cids) for cids in hosted]
@@ -104,7 +128,8 @@ def test_every_vectorized_method_has_one_history_on_1_2_and_3_actors(tmp_path, n
     and 3 actors (one actor is the coordinator's host: every client in one), bitwise the same."""
     cfg = tiny(tmp_path, f"algorithm.name={name}", *GROUPED)
     data = prepare_data(cfg)
-    assert ClientHost(cfg, data, []).engine == "vectorized" and ClientGroups.of_run(cfg, data, "vectorized").count == 3
+    probe = ClientHost(cfg, data, [])
+    assert probe.engine == "vectorized" and ClientGroups.of_run(cfg, data, "vectorized", probe.algorithm).count == 3
     one, one_state, _ = history_as_on_actors(cfg, data, 1)
     for actors in (2, 3):
         history, state, plans = history_as_on_actors(cfg, data, actors)

@@ -68,3 +68,7 @@ class ClientResults:
 
 # call(ClientCall) -> ClientResults: the call for each of its clients, in this process or on the client actors
 CallClients = Callable[[ClientCall], ClientResults]
+
+# begin(ClientCall) -> a function that returns its ClientResults: the call under way on the client actors while
+# its caller does other work (orchestrator/ray_runtime/client_pool.py: ActorPool.begin)
+BeginCall = Callable[[ClientCall], Callable[[], ClientResults]]

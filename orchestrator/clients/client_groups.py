@@ -29,13 +29,14 @@ def client_blocks(costs: list[float], clients_per_round: int, group_steps: int) 
     return blocks
 
 
-def group_steps(cfg, engine: str) -> int:
+def group_steps(cfg, engine: str, algorithm) -> int:
     """train.group_steps; auto: the largest round resources.clients_on=auto trains in the coordinator on `engine`
-    (a round that small is one group; a larger one has enough groups to spread over client actors)."""
-    from orchestrator.ray_runtime.placement import SMALL_ROUND_STEPS
+    with `algorithm`'s model (a round that small is one group; a larger one has enough groups to spread over client
+    actors)."""
+    from orchestrator.ray_runtime.placement import small_round_steps
 
     steps = cfg.train.group_steps
-    return SMALL_ROUND_STEPS[engine] if steps == "auto" else steps
+    return small_round_steps(engine, algorithm) if steps == "auto" else steps
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,12 @@ class ClientGroups:
     blocks: tuple[int, ...]  # blocks[c]: client c's block
 
     @classmethod
-    def of_run(cls, cfg, data, engine: str) -> ClientGroups:
-        """The groups of a run whose clients train on `engine` (the one `train.engine` chose)."""
+    def of_run(cls, cfg, data, engine: str, algorithm) -> ClientGroups:
+        """The groups of a run of `algorithm` whose clients train on `engine` (the one `train.engine` chose)."""
         from orchestrator.server.sampling import client_costs
 
         return cls(tuple(client_blocks(client_costs(data, cfg.train), cfg.clients_per_round,
-                                       group_steps(cfg, engine))))
+                                       group_steps(cfg, engine, algorithm))))
 
     @property
     def count(self) -> int:

@@ -52,7 +52,8 @@ class ClientHost:
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()
         self.engine = run_engine(cfg, self.algorithm)
-        self.groups = ClientGroups.of_run(cfg, data, self.engine)  # what trains together, whatever this host holds
+        # what trains together, whatever this host holds
+        self.groups = ClientGroups.of_run(cfg, data, self.engine, self.algorithm)
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
         self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None

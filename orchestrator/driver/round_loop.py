@@ -57,7 +57,8 @@ class RoundQueue:
         due = (self.every and self.submitted % self.every == 0) or self.submitted == self.last or self._time_due()
         if due:
             self.since = time.monotonic()
-        self.calls.append(RoundsCall(self.coordinator.run_rounds.remote(count),
+        # `more`: the round after these will be asked for too, so that their last may start its clients' training
+        self.calls.append(RoundsCall(self.coordinator.run_rounds.remote(count, self.submitted < self.last),
                                      self.coordinator.checkpoint.remote() if due else None))
 
     def _time_due(self) -> bool:

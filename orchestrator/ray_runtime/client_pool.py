@@ -15,6 +15,7 @@ with all of its groups: a Ray call costs milliseconds, a small client's update n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
@@ -40,6 +41,9 @@ class ClientPool(Protocol):
 
     def call(self, call: ClientCall) -> ClientResults: ...
 
+    # `call` sent now, its results awaited later (None: where the clients train, a call is done when it returns)
+    begin: Callable[[ClientCall], Callable[[], ClientResults]] | None
+
     def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]: ...
 
     def info(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
@@ -50,6 +54,8 @@ class CoordinatorClients:
     """Every client hosted in the coordinator's process: a round costs no Ray call and no serialisation, which on
     a small round (benchmarks/README.md, "Tiny clients") is most of it. The coordinator then asks Ray for the
     CPUs of one client actor (orchestrator/driver/run_start.py)."""
+
+    begin = None  # a call here is done when it returns: nothing to overlap it with
 
     def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
         import torch
@@ -187,24 +193,28 @@ class ActorPool:
 
     def call(self, call: ClientCall) -> ClientResults:
         """`call` on the client actors, its payload put into the object store once if it is large."""
+        return self.begin(call)()
+
+    def begin(self, call: ClientCall) -> Callable[[], ClientResults]:
+        """`call` sent to the client actors now; what it returns waits for their results. One call per actor; an
+        actor's clients are retried once if it died, and fail if it dies again."""
         from tasks.algorithms.base import nbytes
 
         with self.server.phases(f"{call.name}: payload put"):
             if nbytes(call.payload) > INLINE_PAYLOAD_BYTES:
                 call = call.with_payload(ray.put(call.payload))
-        return self._gather(call)
-
-    def _gather(self, call: ClientCall) -> ClientResults:
-        """`call` for each of its clients, one call per actor; an actor's clients are retried once if it died, and
-        fail if it dies again."""
-        from orchestrator.clients.client_calls import ClientResults
-
         sent = time.perf_counter()
         groups = self.client_groups.split(call.client_ids)
         pending = {self._call(a, call.to(group)): (a, group, 0)
                    for a, group in plan_round(groups, self.owner, len(self.actors), self.costs).items()}
+        self.server.phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
+        return lambda: self._gather(call, pending, sent)
+
+    def _gather(self, call: ClientCall, pending: dict, sent: float) -> ClientResults:
+        """The answers to `call`'s `pending` actor calls (ObjectRef: (actor, its clients, attempt)), sent at `sent`."""
+        from orchestrator.clients.client_calls import ClientResults
+
         phases = self.server.phases
-        phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
         gathered = ClientResults()
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -69,7 +69,7 @@ class Coordinator:
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
         engine = run_engine(self.cfg, self.server.algorithm)
-        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine),
+        self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine, self.server.algorithm),
                         None if keeps_state else client_costs(data, self.cfg.train))
 
     # ------------------------------------------------------------------ driver-facing
@@ -81,18 +81,19 @@ class Coordinator:
             self.server.setup([contributions.results[c] for c in sorted(contributions.results)])
         write_actor_info(self.run_dir, self.pool.info())
 
-    def run_rounds(self, count: int) -> list[tuple[dict[str, Any], float]]:
+    def run_rounds(self, count: int, more: bool = False) -> list[tuple[dict[str, Any], float]]:
         """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
-        orchestrator/driver/round_loop.py): each one's metrics and seconds. A failed round is recorded, so that the calls
+        orchestrator/driver/round_loop.py): each one's metrics and seconds. `more`: the driver will ask for the
+        round after them (so each round's end may start the next one's training: `Server.run_round`). A failed round is recorded, so that the calls
         the driver queued behind it raise it too: it left the server half-changed (its round counted, its state
         perhaps aggregated), and no later round or checkpoint may build on that. A round that fails after others
         of the call ended is raised by the next call (or checkpoint), so that the driver first records those."""
         self.raise_failure()
         ended = []
-        for _ in range(count):
+        for i in range(count):
             start = time.perf_counter()
             try:
-                metrics = self.run_round()
+                metrics = self.run_round(more or i < count - 1)
             except Exception as e:
                 self.failure = e
                 if not ended:
@@ -107,11 +108,13 @@ class Coordinator:
         if self.failure is not None:
             raise self.failure
 
-    def run_round(self) -> dict[str, Any]:
+    def run_round(self, next_too: bool = False) -> dict[str, Any]:
+        """One round; `next_too`: the round after it will be run too, so its clients, if they train on client
+        actors, may start while this round ends."""
         if self.idle_since is not None:  # the driver asks for rounds ahead: this stays near 0 unless it lags
             self.server.phases.add("round: coordinator idle before it", time.perf_counter() - self.idle_since)
         try:
-            return self.server.run_round(self.pool.call)
+            return self.server.run_round(self.pool.call, self.pool.begin if next_too else None)
         finally:
             self.idle_since = time.perf_counter()
 

@@ -48,6 +48,18 @@ def coordinator_name(run_dir: str) -> str:
 # the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
 # (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
 SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
+# The same for a model whose step costs its arithmetic (tasks/algorithms/engines.py: large_model; acar_cnn's step of
+# 16 samples is about 10 ms on a core against the digits MLP's 0.2 ms): a round of ten such clients is worth
+# client actors, and groups this small spread it over them (benchmarks/README.md, "Where the model is the cost").
+LARGE_MODEL_ROUND_STEPS = 8
+
+
+def small_round_steps(engine: str, algorithm) -> int:
+    """The most optimizer steps a round may have and still train in the coordinator, on `engine`, of `algorithm`'s
+    model (also the size of a client group: orchestrator/clients/client_groups.py)."""
+    from tasks.algorithms.engines import large_model
+
+    return LARGE_MODEL_ROUND_STEPS if large_model(algorithm) else SMALL_ROUND_STEPS[engine]
 
 
 def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
@@ -63,5 +75,5 @@ def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
         return False
     costs = client_costs(data, cfg.train)
     round_steps = min(cfg.clients_per_round, len(costs)) * sum(costs) / max(1, len(costs))
-    engine = run_engine(cfg, build_algorithm(cfg, data.num_classes, data.input_shape))
-    return round_steps <= SMALL_ROUND_STEPS[engine]
+    algorithm = build_algorithm(cfg, data.num_classes, data.input_shape)
+    return round_steps <= small_round_steps(run_engine(cfg, algorithm), algorithm)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall
+from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall, ClientResults, BeginCall
 from orchestrator.clients.client_host import ClientHost
 from orchestrator.clients.client_store import ClientStateStore
 from orchestrator.clients.partial_sums import fold_partial_sums, sums_updates
@@ -57,6 +58,17 @@ def check_finite_losses(results: dict[int, ClientUpdate], round_idx: int,
                                 f"{advice}, or set train.on_nonfinite_loss=continue to go on regardless")
 
 
+@dataclass
+class StartedRound:
+    """A round whose clients' training was started while the round before it ended (`Server.run_round`'s
+    `begin`): its payload and clients, and its clients' results once they are in."""
+
+    round: int
+    payload: Any
+    sampled: list[int]
+    results: Callable[[], ClientResults]
+
+
 def in_process_calls(host: ClientHost) -> CallClients:
     """The host's answers in this process."""
     return host.call
@@ -92,6 +104,7 @@ class Server:
         # clients' compute is (orchestrator/ray_runtime/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
             self.algorithm, state, self.test_sets, self.cfg.eval.batch_size)
+        self.started: StartedRound | None = None  # the next round, its clients already training
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:
@@ -115,22 +128,53 @@ class Server:
             self.state = self.algorithm.server_setup(self.state, contributions)
         self.set_up = True
 
-    def run_round(self, call: CallClients) -> dict[str, Any]:
+    def run_round(self, call: CallClients, begin: BeginCall | None = None) -> dict[str, Any]:
         """One round (or buffered version); a method's exception in it leaves as a MethodError naming its hook
-        (tasks/algorithms/faults.py), its clients' raised where they ran."""
+        (tasks/algorithms/faults.py), its clients' raised where they ran. With `start` (the next round will be
+        run, and its clients train elsewhere), the next round's training is started before this round's
+        evaluation, so that the two overlap, where the round allows it (`can_start_ahead`)."""
         with method_hook(self.algorithm, self.round):
             if self.buffered is not None:
                 return run_version(self, call)
-            return self._run_round(call)
+            return self._run_round(call, begin)
 
-    def _run_round(self, call: CallClients) -> dict[str, Any]:
+    def can_start_ahead(self) -> bool:
+        """Whether the next round's training may start before this round has ended: its payload and clients are
+        then what they would be at its own start, and nothing ending this round touches them (no client state,
+        which a round started and never ended would have changed; no exchange, clock or noise of the round's
+        own; an evaluation that asks nothing of the clients)."""
+        capabilities = self.algorithm.capabilities()
+        return not (capabilities.keeps_client_state or capabilities.pre_round_exchange or capabilities.personalized
+                    or self.participation is not None or self.buffered is not None
+                    or self.privacy.models is not None or self.privacy.stats is not None
+                    or self.cfg.algorithm.calibration is not None)
+
+    def _sampled_payload(self, t: int):
+        """Round t's payload, participation plan (or None) and sampled clients."""
+        payload = self.privacy.payload(self.algorithm.payload(self.state, t))
+        plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
+        # with a participation plan, the clients available, in time, not dropped out
+        sampled = plan.kept if plan is not None else sample_clients(self.cfg.seed, t, self.num_clients,
+                                                                     self.cfg.clients_per_round)
+        return payload, plan, sampled
+
+    def _start_next_round(self, begin: BeginCall) -> None:
+        t = self.round
+        with self.phases("round: sample, payload"):
+            payload, _, sampled = self._sampled_payload(t)
+        results = begin(ClientCall(CallKind.UPDATE, payload, sampled, t, summed=self.summed))
+        self.started = StartedRound(t, payload, sampled, results)
+
+    def _run_round(self, call: CallClients, begin: BeginCall | None) -> dict[str, Any]:
         t, phase = self.round, self.phases
-        with phase("round: sample, payload"):
-            payload = self.privacy.payload(self.algorithm.payload(self.state, t))
-            plan = self.participation.plan(t, nbytes(payload)) if self.participation else None
-            # with a participation plan, the clients available, in time, not dropped out
-            sampled = plan.kept if plan is not None else sample_clients(self.cfg.seed, t, self.num_clients,
-                                                                         self.cfg.clients_per_round)
+        started, self.started = self.started, None
+        if started is not None and started.round != t:
+            started = None
+        if started is None:
+            with phase("round: sample, payload"):
+                payload, plan, sampled = self._sampled_payload(t)
+        else:
+            payload, plan, sampled = started.payload, None, started.sampled
         cids, failed, pre_bytes = sampled, [], 0
         if self.algorithm.capabilities().pre_round_exchange:
             with phase("round: pre-round exchange"):
@@ -141,7 +185,8 @@ class Server:
                 self.state = self.algorithm.server_pre_round(self.state, [contributions[c] for c in cids], t)
                 payload = self.privacy.payload(self.algorithm.payload(self.state, t))
         with phase("round: clients' updates"):
-            trained = call(ClientCall(CallKind.UPDATE, payload, cids, t, summed=self.summed))
+            trained = (started.results() if started is not None
+                       else call(ClientCall(CallKind.UPDATE, payload, cids, t, summed=self.summed)))
             results, partials, failed_training = trained.results, trained.partial_sums, trained.failed
         with phase("round: aggregate"):
             if self.cfg.train.on_nonfinite_loss == "stop":
@@ -156,6 +201,8 @@ class Server:
                 self.state = server_optimizer_step(self.algorithm, self.server_optimizer, before, self.state)
             self.state = self.privacy.private_state(self.state, updates, t, self.summed)
         self.round = t + 1
+        if begin is not None and self.can_start_ahead():
+            self._start_next_round(begin)
         with phase("round: metrics"):
             payload_bytes = nbytes(payload)
             metrics = self._round_metrics(t, payload_bytes, sampled, updates, sorted(failed + failed_training),

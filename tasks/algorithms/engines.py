@@ -117,6 +117,16 @@ def auto_prefers_sequential(algorithm: Algorithm) -> str:
     model = algorithm.working_model()
     if any(isinstance(m, nn.RNNBase) for m in model.modules()):
         return f"model {type(model).__name__} is recurrent"
+    return large_model(algorithm)
+
+
+def large_model(algorithm: Algorithm) -> str:
+    """Why a step of the method's model is large (its cost the arithmetic, not the per-step overhead), or "": more
+    than SMALL_MODEL_MACS multiply-adds a sample forward. A recurrent model is not counted (`forward_macs` counts
+    linear and convolution layers)."""
+    model = algorithm.working_model()
+    if any(isinstance(m, nn.RNNBase) for m in model.modules()):
+        return ""
     macs = forward_macs(model, algorithm.setup.input_shape)
     if macs > SMALL_MODEL_MACS:
         return f"model {type(model).__name__} costs {macs:,.0f} multiply-adds a sample (over {SMALL_MODEL_MACS:,})"

@@ -1,0 +1,64 @@
+"""A round's end starts the next round's training (`Server.run_round`'s `begin`): on client actors the coordinator's
+evaluation of round t then overlaps round t + 1's training. The history is the one of rounds run one after the
+other, and a method whose round's end touches what the next round's clients get never starts ahead."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
+from orchestrator.clients.client_host import ClientHost
+from orchestrator.experiment.datasets import prepare_data
+from orchestrator.server.federation import Server
+from tests.test_client_groups import assert_same_state
+from tests.test_engines import tiny
+
+
+def history(cfg, data, ahead: bool):
+    """The run's rounds in this process; with `ahead`, every round but the last begins the next one's training,
+    which runs only when that round asks for its results (after this round's evaluation). Returns the history,
+    the final state, and the rounds begun ahead."""
+    host = ClientHost(cfg, data, list(range(data.num_clients)))
+    server = Server(cfg, data)
+    if not server.set_up:
+        contributions = host.call(ClientCall(CallKind.SETUP, None, list(range(data.num_clients)), 0)).results
+        server.setup([contributions[c] for c in sorted(contributions)])
+    begun: list[int] = []
+
+    def begin(call: ClientCall):
+        begun.append(call.round)
+        return lambda: host.call(call)
+
+    rounds = [server.run_round(host.call, begin if ahead and t < cfg.train.rounds - 1 else None)
+              for t in range(cfg.train.rounds)]
+    return rounds, server.state, begun
+
+
+@pytest.mark.parametrize("name, starts_ahead", [
+    ("fedavg", True), ("fedprox", True), ("fedavgm", True), ("fednova", True), ("fedfa", True),
+    ("scaffold", False), ("ditto", False), ("fedfm", False)])
+def test_rounds_begun_ahead_give_the_history_of_rounds_one_after_another(tmp_path, name, starts_ahead):
+    cfg = tiny(tmp_path, f"algorithm.name={name}", "train.rounds=3", "train.clients_per_round=4")
+    data = prepare_data(cfg)
+    one_by_one, state, begun = history(cfg, data, ahead=False)
+    assert begun == []
+    overlapped, overlapped_state, begun = history(cfg, data, ahead=True)
+    assert begun == ([1, 2] if starts_ahead else []), name
+    assert overlapped == one_by_one, name
+    assert_same_state(overlapped_state, state, name)
+
+
+def test_a_round_begun_but_never_asked_for_leaves_no_trace(tmp_path):
+    """A stop after round 1 (the driver asks for no more) leaves round 2's training begun: the server's state and
+    history are round 1's, and a later round 2 (a resumed run's) is the one of an uninterrupted run."""
+    cfg = tiny(tmp_path, "train.rounds=2", "train.clients_per_round=4")
+    data = prepare_data(cfg)
+    expected, expected_state, _ = history(cfg, data, ahead=False)
+    host = ClientHost(cfg, data, list(range(data.num_clients)))
+    server = Server(cfg, data)
+    never_awaited: list[ClientResults] = []
+    first = server.run_round(host.call, lambda call: lambda: never_awaited.append(host.call(call)))
+    assert first == expected[0] and server.round == 1 and server.started is not None
+    resumed = Server(cfg, data)
+    resumed.restore(server.snapshot())
+    assert resumed.run_round(host.call) == expected[1] and never_awaited == []
+    assert_same_state(resumed.state, expected_state, "resumed")

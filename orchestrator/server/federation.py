@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall, ClientResults, BeginCall
+from orchestrator.clients.client_calls import BeginCall, CallClients, CallKind, ClientCall, ClientResults
 from orchestrator.clients.client_host import ClientHost
 from orchestrator.clients.client_store import ClientStateStore
 from orchestrator.clients.partial_sums import fold_partial_sums, sums_updates

@@ -4,9 +4,10 @@ timed per round and to a target accuracy against two references measured in the 
 The references are fresh processes on one thread each (benchmarks/model_loops.py): the efficient plain loop and
 the vectorised loop (every round's clients trained at once by torch.func), on the same clients, sampled clients,
 mini-batches and θ⁰ as Mooring, with Mooring's own model module, so every row follows the same trajectory
-(tests/test_bench_model_cost.py). The Mooring rows run as a user runs them (Ray, one thread per actor, MLflow
-tracking in a temporary SQLite store, checkpoints on), with the engine named on the row, the clients on the
-row's actors and partial sums on (MOORING_SETTINGS). Every row evaluates the
+(tests/test_bench_model_cost.py). The Mooring rows run as a user runs them, at the defaults (Ray, one thread per
+actor, MLflow tracking in a temporary SQLite store, checkpoints on, partial sums on, `resources.clients_on: auto`,
+which puts these rounds on the row's client actors), on the engine the config chooses unless `--engine` names
+one (a row each). Every row evaluates the
 global model after every round; a round's seconds include that evaluation.
 
 Per round: the mean of the rounds after the first `WARMUP`. Time to target: the rounds' seconds (start-up
@@ -28,13 +29,9 @@ PLAIN = "efficient plain loop (fresh process, 1 thread)"
 VECTORIZED = "vectorised loop, torch.func (fresh process, 1 thread)"
 WARMUP = 2  # rounds left out of the per-round figure
 TARGETS = {1: 1.0, 2: 0.6}  # × the plain loop, by number of actors (issue 41)
-ENGINES = ("sequential", "vectorized")
 FEDAVG_SGD = ("algorithm.name=fedavg", "train.optimizer.name=sgd", "train.optimizer.momentum=0",
               "train.optimizer.weight_decay=0", "train.lr_schedule.name=constant", "data.client_test_fraction=0",
               "eval.every=1")
-# the Mooring rows: clients on the actors the row names (resources.clients_on: auto counts optimizer steps, not
-# their cost, and would keep these rounds in the coordinator), and the actors' partial sums
-MOORING_SETTINGS = ("resources.clients_on=actors", "resources.partial_sums=true")
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def mooring_row(cfg) -> tuple[Row, str]:
 
 
 def measure(workload: str, rounds: int | None = None, repeats: int = 1, actors: tuple[int, ...] = (1, 2),
-            engines: tuple[str, ...] = ENGINES, mooring_overrides: tuple[str, ...] = ()) -> dict:
+            engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = ()) -> dict:
     """`mooring_overrides` apply to the Mooring rows only."""
     from orchestrator.experiment.config import load_config
 
@@ -122,7 +119,7 @@ def measure(workload: str, rounds: int | None = None, repeats: int = 1, actors: 
             rows = {PLAIN: reference_row(config, base, tmp, vectorized=False),
                     VECTORIZED: reference_row(config, base, tmp, vectorized=True)}
             for label, n, overrides in mooring_rows(actors, engines):
-                cfg = load_config(config, base + list(MOORING_SETTINGS) + overrides + list(mooring_overrides))
+                cfg = load_config(config, base + overrides + list(mooring_overrides))
                 row, where = mooring_row(cfg)
                 rows[label + where] = row
                 if n in TARGETS:
@@ -136,7 +133,7 @@ def measure(workload: str, rounds: int | None = None, repeats: int = 1, actors: 
 
 def command(name: str, rounds: int, repeats: int, actors, engines, mooring_overrides=()) -> str:
     parts = [f"mooring bench {name}", f"--rounds {rounds}", f"--repeats {repeats}",
-             f"--actors {','.join(map(str, actors))}", *(f"--engine {e}" for e in engines)]
+             f"--actors {','.join(map(str, actors))}", *(f"--engine {e}" for e in engines if e)]
     return " ".join(parts + [f"--set {o}" for o in mooring_overrides])
 
 
@@ -171,5 +168,5 @@ def report(m: dict) -> str:
             + markdown_table(header, table)
             + f"\n\nA round: the mean of rounds {WARMUP + 1} to {m['rounds']} (the first {WARMUP} are warm-up). "
             f"To {target:.1%}: the rounds' seconds up to the first round at or above it, start-up excluded for every "
-            f"row. Mooring's rows: {', '.join(f'`{o}`' for o in MOORING_SETTINGS)}, the engine as named. "
+            "row. Mooring's rows: the defaults (the engine as the config chooses unless named). "
             f"Each row the fastest of {m['repeats']} interleaved run(s). " + reproduce(m["command"]) + "\n")

@@ -58,9 +58,8 @@ def configure(parser) -> None:
                         help="tiny: the numbers of client actors of the Mooring rows (default 1,2); fixed-cost: the "
                              "same (default 2); whole-run: the first; cnn, lstm: as tiny")
     parser.add_argument("--engine", action="append", default=None, metavar="ENGINE",
-                        help="tiny, whole-run, overhead: set train.engine for the Mooring rows, repeatable (one row "
-                             "per engine); default: as the config says (cnn, lstm: also repeatable; default: "
-                             "sequential and vectorized)")
+                        help="tiny, whole-run, overhead, cnn, lstm: set train.engine for the Mooring rows, repeatable (one row "
+                             "per engine); default: as the config says (cnn, lstm: the same)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="tiny, whole-run, overhead, engine: a config override for the Mooring rows only (engine: "
                              "both rows), repeatable "

@@ -160,6 +160,16 @@ def test_forward_macs_by_hand():
     assert forward_macs(nn.Conv2d(2, 1, 3, padding=1, bias=False), (2, 4, 4)) == 288
 
 
+@pytest.mark.parametrize(("cell", "gates"), [(nn.LSTM, 4), (nn.GRU, 3), (nn.RNN, 1)])
+def test_recurrent_macs_by_hand(cell, gates):
+    """Two layers of 5 units over 4 steps of 3 inputs: at each step, each gate multiplies the input (3, then the
+    first layer's 5) and the hidden state (5) by its weights: 4 × gates × 5 × ((3 + 5) + (5 + 5)); a second
+    direction doubles it, the second layer's input then 10."""
+    assert forward_macs(cell(3, 5, num_layers=2, batch_first=True), (4, 3)) == 4 * gates * 5 * (8 + 10)
+    assert (forward_macs(cell(3, 5, num_layers=2, batch_first=True, bidirectional=True), (4, 3))
+            == 2 * 4 * gates * 5 * (8 + 15))
+
+
 @pytest.mark.parametrize(("config", "model", "input_shape", "why"), [
     ("configs/shakespeare.yaml", ["model.cell=lstm"], (40,), "is recurrent"),
     ("configs/default.yaml", ["model.name=acar_cnn", "model.hidden=384", "model.feature_dim=192"], (1, 28, 28),
@@ -168,16 +178,17 @@ def test_forward_macs_by_hand():
 def test_auto_keeps_measured_slower_models_sequential_on_cpu(tmp_path, config, model, input_shape, why):
     """The character RNN and the CNN, measured slower vectorised on CPUs, stay sequential under `auto` there and
     vectorise where the clients have GPUs; `vectorized` asked for explicitly still runs; the digits MLP vectorises."""
-    from tasks.algorithms.engines import auto_prefers_sequential
+    from tasks.algorithms.engines import auto_prefers_sequential, large_model
 
     cfg = load_config(config, [*model, f"data.partitions_dir={tmp_path}"])
     algorithm = build_algorithm(cfg, 80 if len(input_shape) == 1 else 10, input_shape)
     assert why in auto_prefers_sequential(algorithm)
+    assert "multiply-adds a sample" in large_model(algorithm)  # both: client groups of a few steps
     assert choose_engine("auto", algorithm) == "sequential"
     assert choose_engine("auto", algorithm, clients_on_gpu=True) == "vectorized"
     assert choose_engine("vectorized", algorithm) == "vectorized"
     mlp = build_algorithm(tiny(tmp_path), 10, (64,))
-    assert forward_macs(mlp.working_model(), (64,)) < SMALL_MODEL_MACS
+    assert forward_macs(mlp.working_model(), (64,)) < SMALL_MODEL_MACS and large_model(mlp) == ""
     assert choose_engine("auto", mlp) == "vectorized"
 
 

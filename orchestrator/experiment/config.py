@@ -333,8 +333,9 @@ class TrainConfig(Strict):
         "this many optimizer steps a round in expectation; a group trains together in one process and its partial "
         "sum is taken alone, so the history depends on the groups, fixed by the config, not on the actors "
         "(orchestrator/clients/client_groups.py). Fewer steps: more groups to spread over actors, each a smaller batch; "
-        "auto: orchestrator/ray_runtime/placement.py's SMALL_ROUND_STEPS of the engine that runs (the round size "
-        "resources.clients_on: auto trains in the coordinator)")
+        "auto: orchestrator/ray_runtime/placement.py's small_round_steps (the round size resources.clients_on: auto "
+        "trains in the coordinator): SMALL_ROUND_STEPS of the engine that runs, or LARGE_MODEL_ROUND_STEPS for a "
+        "model of over 200 k multiply-adds a sample")
     on_nonfinite_loss: Literal["stop", "continue"] = Field(
         "stop", description="a client's training loss is NaN or infinite: stop the run (naming the round and "
                             "the client), or continue")
@@ -372,7 +373,8 @@ class ResourcesConfig(Strict):
     clients_on: Literal["auto", "actors", "coordinator"] = Field(
         "auto", description="where the clients train: on client actors, or in the coordinator's process (no Ray call "
         "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
-        "orchestrator/ray_runtime/placement.py's SMALL_ROUND_STEPS optimizer steps in all) and no GPU is asked for, else actors. "
+        "orchestrator/ray_runtime/placement.py's small_round_steps optimizer steps in all) and no GPU is asked for, "
+        "else actors. "
         "The history is the same as on any number of client actors (train.group_steps)")
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "

@@ -49,7 +49,7 @@ def coordinator_name(run_dir: str) -> str:
 # (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
 SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
 # The same for a model whose step costs its arithmetic (tasks/algorithms/engines.py: large_model; acar_cnn's step of
-# 16 samples is about 10 ms on a core against the digits MLP's 0.2 ms): a round of ten such clients is worth
+# 16 samples takes about 5 ms on a core, the digits MLP's about 0.2 ms): a round of ten such clients is worth
 # client actors, and groups this small spread it over them (benchmarks/README.md, "Where the model is the cost").
 LARGE_MODEL_ROUND_STEPS = 8
 

@@ -80,10 +80,16 @@ def refusal(algorithm: Algorithm) -> str:
 SMALL_MODEL_MACS = 200_000
 
 
+# an RNN cell's gates, each a matrix-vector product of the input and one of the hidden state
+RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+COUNTED = (nn.Linear, nn.modules.conv._ConvNd, nn.RNNBase)
+
+
 def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
-    """Multiply-adds of one sample's forward pass in the model's linear and convolution layers (the rest of a model
-    of either costs little beside them), counted from the shapes a zero sample meets. Not torch's FlopCounterMode,
-    whose import of torch._dynamo costs a second and a half of start-up (benchmarks/README.md, "Whole run")."""
+    """Multiply-adds of one sample's forward pass in the model's linear, convolution and recurrent layers (the rest
+    of a model of these costs little beside them), counted from the shapes a zero sample meets. Not torch's
+    FlopCounterMode, whose import of torch._dynamo costs a second and a half of start-up (benchmarks/README.md,
+    "Whole run")."""
     macs = 0
 
     def count(module: nn.Module, inputs, output) -> None:
@@ -93,9 +99,10 @@ def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
         elif isinstance(module, nn.modules.conv._ConvNd):
             kernel = math.prod(module.kernel_size) * module.in_channels // module.groups
             macs += output.numel() * kernel
+        elif isinstance(module, nn.RNNBase):
+            macs += recurrent_macs(module, output[0])
 
-    handles = [m.register_forward_hook(count) for m in model.modules()
-               if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))]
+    handles = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, COUNTED)]
     device = next(model.parameters()).device
     was_training = model.training
     try:
@@ -107,6 +114,16 @@ def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> int:
         for handle in handles:
             handle.remove()
     return macs
+
+
+def recurrent_macs(rnn: nn.RNNBase, output: torch.Tensor) -> int:
+    """Multiply-adds of an RNN layer stack over one sequence, from its output (one sample: time steps × hidden ×
+    directions): at each step, each layer and direction, every gate's input and hidden products."""
+    directions = 2 if rnn.bidirectional else 1
+    steps = output.numel() // (rnn.hidden_size * directions)
+    inputs = [rnn.input_size] + [rnn.hidden_size * directions] * (rnn.num_layers - 1)
+    per_step = sum(RNN_GATES[rnn.mode] * rnn.hidden_size * (n + rnn.hidden_size) for n in inputs) * directions
+    return steps * per_step
 
 
 def auto_prefers_sequential(algorithm: Algorithm) -> str:
@@ -122,11 +139,8 @@ def auto_prefers_sequential(algorithm: Algorithm) -> str:
 
 def large_model(algorithm: Algorithm) -> str:
     """Why a step of the method's model is large (its cost the arithmetic, not the per-step overhead), or "": more
-    than SMALL_MODEL_MACS multiply-adds a sample forward. A recurrent model is not counted (`forward_macs` counts
-    linear and convolution layers)."""
+    than SMALL_MODEL_MACS multiply-adds a sample forward."""
     model = algorithm.working_model()
-    if any(isinstance(m, nn.RNNBase) for m in model.modules()):
-        return ""
     macs = forward_macs(model, algorithm.setup.input_shape)
     if macs > SMALL_MODEL_MACS:
         return f"model {type(model).__name__} costs {macs:,.0f} multiply-adds a sample (over {SMALL_MODEL_MACS:,})"

@@ -105,6 +105,8 @@ class Server:
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
             self.algorithm, state, self.test_sets, self.cfg.eval.batch_size)
         self.started: StartedRound | None = None  # the next round, its clients already training
+        if self.algorithm.capabilities().global_model:  # the evaluation's model, built now rather than in round 1
+            self.algorithm.working_model(key="eval")
 
     # ------------------------------------------------------------------ checkpointable state
     def snapshot(self) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class Workload:
     seed: int
     eval_every: int
     test: tuple[torch.Tensor, torch.Tensor]
+    eval_batch: int  # samples a forward pass of the evaluation (eval.batch_size, as Mooring evaluates)
 
     def batches(self, round_idx: int, cid: int) -> list[torch.Tensor]:
         """The client's mini-batches of the round, as Mooring draws them (its generator seeded from the run seed,
@@ -82,7 +83,7 @@ def prepare_workload(cfg):
     clients = [(d.x, d.y) for d in (data.client_data(c) for c in range(data.num_clients))]
     per_round = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(cfg.train.rounds)]
     x_test, y_test = next(iter(data.test_sets().values()))
-    return Workload(clients, per_round, cfg.train, cfg.seed, cfg.eval.every, (x_test, y_test)), data
+    return Workload(clients, per_round, cfg.train, cfg.seed, cfg.eval.every, (x_test, y_test), cfg.eval.batch_size), data
 
 
 def load_workload(cfg) -> tuple[Workload, nn.Module]:
@@ -95,9 +96,13 @@ def load_workload(cfg) -> tuple[Workload, nn.Module]:
     return workload, model
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
+    """Top-1 accuracy, forwarding `batch` samples at a time."""
+    if not len(y):
+        return float("nan")
     with torch.no_grad():
-        return float((model(x).argmax(1) == y).float().mean()) if len(y) else float("nan")
+        correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
+    return correct / len(y)
 
 
 def train_rounds(model: nn.Module, w: Workload, round_ends: list[float] | None = None) -> list[float]:
@@ -122,7 +127,7 @@ def train_rounds(model: nn.Module, w: Workload, round_ends: list[float] | None =
         global_flat = averaged
         load_flat(params, global_flat)
         if w.evaluated(round_idx):
-            accuracies.append(accuracy(model, *w.test))
+            accuracies.append(accuracy(model, *w.test, w.eval_batch))
         if round_ends is not None:
             round_ends.append(time.perf_counter())
     return accuracies

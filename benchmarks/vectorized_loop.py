@@ -65,7 +65,7 @@ def train_rounds_vectorized(model: nn.Module, w: Workload, round_ends: list[floa
         global_params = {name: torch.tensordot(weights, p, dims=1) for name, p in params.items()}
         if w.evaluated(round_idx):
             load_named(model, global_params)
-            accuracies.append(accuracy(model, *w.test))
+            accuracies.append(accuracy(model, *w.test, w.eval_batch))
         if round_ends is not None:
             round_ends.append(time.perf_counter())
     load_named(model, global_params)

@@ -4,6 +4,7 @@ other, and a method whose round's end touches what the next round's clients get 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.clients.client_host import ClientHost
@@ -62,3 +63,26 @@ def test_a_round_begun_but_never_asked_for_leaves_no_trace(tmp_path):
     resumed.restore(server.snapshot())
     assert resumed.run_round(host.call) == expected[1] and never_awaited == []
     assert_same_state(resumed.state, expected_state, "resumed")
+
+
+@pytest.mark.ray
+def test_a_large_models_run_on_actors_has_the_history_of_one_in_the_coordinator(ray_session, workdir):
+    """acar_cnn (a large model: client groups of 8 steps, so a round spreads over the client actors, and each
+    round's end begins the next round's training there) on 2 actors and in the coordinator: the same history,
+    bitwise."""
+    from orchestrator.driver.run import run_experiment
+    from orchestrator.experiment.config import load_config
+
+    def run(*where: str):
+        cfg = load_config("configs/default.yaml", workdir + [
+            "data.dataset=digits_28", "model.name=acar_cnn", "model.hidden=64", "model.feature_dim=32",
+            "data.num_clients=6", "train.clients_per_round=4", "train.rounds=3", "train.local_epochs=1",
+            "resources.cpus_per_actor=0.5", *where])
+        result = run_experiment(cfg, progress=False)
+        return result.history, torch.load(f"{result.run_dir}/final_state.pt", weights_only=True)["model"]
+
+    history, model = run("resources.clients_on=coordinator")
+    assert all("accuracy" in m for m in history)
+    other, other_model = run("resources.num_actors=2")
+    assert other == history
+    assert all(torch.equal(model[k], other_model[k]) for k in model)

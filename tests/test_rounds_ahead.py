@@ -86,3 +86,23 @@ def test_a_large_models_run_on_actors_has_the_history_of_one_in_the_coordinator(
     other, other_model = run("resources.num_actors=2")
     assert other == history
     assert all(torch.equal(model[k], other_model[k]) for k in model)
+
+
+def test_settling_a_round_begun_ahead_waits_for_it_and_drops_it(tmp_path):
+    """A stop leaves round 2 begun: settling it (before the actors are asked where they run) waits for its results
+    and drops them, a failure of its clients included, which is no part of the run."""
+    cfg = tiny(tmp_path, "train.rounds=2", "train.clients_per_round=4")
+    data = prepare_data(cfg)
+    host = ClientHost(cfg, data, list(range(data.num_clients)))
+    server = Server(cfg, data)
+    awaited: list[int] = []
+
+    def begin(call: ClientCall):
+        def results():
+            awaited.append(call.round)
+            raise RuntimeError("a client of the round never asked for failed")
+        return results
+
+    server.run_round(host.call, begin)
+    server.settle_started()
+    assert awaited == [1] and server.started is None and server.round == 1

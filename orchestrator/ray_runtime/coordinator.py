@@ -146,7 +146,9 @@ class Coordinator:
         return self.server.state
 
     def actor_info(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Where the clients train (`ClientPool.info`): each client actor, or the coordinator."""
+        """Where the clients train (`ClientPool.info`): each client actor, or the coordinator; after a round begun
+        ahead and never asked for has left the actors (it would hold up their answer)."""
+        self.server.settle_started()
         return self.pool.info(timeout)
 
     def phases(self) -> dict[str, list[float]]:

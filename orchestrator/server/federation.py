@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +167,14 @@ class Server:
             payload, _, sampled = self._sampled_payload(t)
         results = begin(ClientCall(CallKind.UPDATE, payload, sampled, t, summed=self.summed))
         self.started = StartedRound(t, payload, sampled, results)
+
+    def settle_started(self) -> None:
+        """Wait for a round begun ahead that no call asked for (the run stopped before it), and drop it: its
+        clients' hosts are then free for the run's last calls. Its results, or its failure, are no part of the run."""
+        started, self.started = self.started, None
+        if started is not None:
+            with suppress(Exception):
+                started.results()
 
     def _run_round(self, call: CallClients, begin: BeginCall | None) -> dict[str, Any]:
         t, phase = self.round, self.phases

@@ -35,8 +35,9 @@ def history(cfg, data, ahead: bool):
 
 
 @pytest.mark.parametrize("name, starts_ahead", [
-    ("fedavg", True), ("fedprox", True), ("fedavgm", True), ("fednova", True), ("fedfa", True),
-    ("scaffold", False), ("ditto", False), ("fedfm", False)])
+    ("fedavg", True), ("fedprox", True), ("fedavgm", True), ("fednova", True), ("fedfa", True), ("fedproc", True),
+    ("groupdro", True), ("dann", True), ("mixup", True),
+    ("scaffold", False), ("ditto", False), ("fedfm", False), ("fedavg_periodic", False)])
 def test_rounds_begun_ahead_give_the_history_of_rounds_one_after_another(tmp_path, name, starts_ahead):
     cfg = tiny(tmp_path, f"algorithm.name={name}", "train.rounds=3", "train.clients_per_round=4")
     data = prepare_data(cfg)

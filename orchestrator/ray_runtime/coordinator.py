@@ -84,10 +84,11 @@ class Coordinator:
     def run_rounds(self, count: int, more: bool = False) -> list[tuple[dict[str, Any], float]]:
         """`count` rounds in one call (the driver asks for as many as take a few tens of milliseconds:
         orchestrator/driver/round_loop.py): each one's metrics and seconds. `more`: the driver will ask for the
-        round after them (so each round's end may start the next one's training: `Server.run_round`). A failed round is recorded, so that the calls
-        the driver queued behind it raise it too: it left the server half-changed (its round counted, its state
-        perhaps aggregated), and no later round or checkpoint may build on that. A round that fails after others
-        of the call ended is raised by the next call (or checkpoint), so that the driver first records those."""
+        round after them (so each round's end may begin the next one's training: `Server.run_round`). A failed
+        round is recorded, so that the calls the driver queued behind it raise it too: it left the server
+        half-changed (its round counted, its state perhaps aggregated), and no later round or checkpoint may build
+        on that. A round that fails after others of the call ended is raised by the next call (or checkpoint), so
+        that the driver first records those."""
         self.raise_failure()
         ended = []
         for i in range(count):

@@ -133,7 +133,7 @@ class Server:
 
     def run_round(self, call: CallClients, begin: BeginCall | None = None) -> dict[str, Any]:
         """One round (or buffered version); a method's exception in it leaves as a MethodError naming its hook
-        (tasks/algorithms/faults.py), its clients' raised where they ran. With `start` (the next round will be
+        (tasks/algorithms/faults.py), its clients' raised where they ran. With `begin` (the next round will be
         run, and its clients train elsewhere), the next round's training is started before this round's
         evaluation, so that the two overlap, where the round allows it (`can_start_ahead`)."""
         with method_hook(self.algorithm, self.round):
@@ -178,9 +178,7 @@ class Server:
 
     def _run_round(self, call: CallClients, begin: BeginCall | None) -> dict[str, Any]:
         t, phase = self.round, self.phases
-        started, self.started = self.started, None
-        if started is not None and started.round != t:
-            started = None
+        started, self.started = self.started, None  # round t, begun as round t - 1 ended
         if started is None:
             with phase("round: sample, payload"):
                 payload, plan, sampled = self._sampled_payload(t)

@@ -36,3 +36,18 @@ def test_an_integer_every_keeps_checkpointing_by_rounds(tmp_path):
 def test_every_is_a_round_count_or_auto(value):
     with pytest.raises(ConfigError, match="checkpoint.every"):
         load_config("configs/default.yaml", [f"checkpoint.every={value}"])
+
+
+def test_small_rounds_come_eight_to_the_first_call_and_others_one(tmp_path):
+    """A checkpoint after every call (auto_seconds ≈ 0) shows where calls end: where clients_on: auto puts these
+    small rounds in the coordinator, the first two calls (asked for together) take FIRST_CALL_SMALL_ROUNDS rounds
+    each; with clients_on=coordinator asked for (rounds of any size), one each until a round's time is known."""
+    from orchestrator.driver.round_loop import FIRST_CALL_SMALL_ROUNDS
+
+    rounds = FIRST_CALL_SMALL_ROUNDS + 4
+    small = checkpoints_of(tmp_path / "auto", "checkpoint.auto_seconds=1e-9", "resources.rounds_per_call=auto",
+                           "resources.clients_on=auto", f"train.rounds={rounds}")
+    assert small == [FIRST_CALL_SMALL_ROUNDS, rounds]
+    asked = checkpoints_of(tmp_path / "asked", "checkpoint.auto_seconds=1e-9", "resources.rounds_per_call=auto",
+                           f"train.rounds={rounds}")
+    assert asked[:2] == [1, 2] and asked[-1] == rounds

@@ -23,6 +23,10 @@ CALLS_AHEAD = 2
 # a few milliseconds feels, while a stop waits for the calls in flight.
 CALL_SECONDS = 0.05
 MAX_ROUNDS_PER_CALL = 64
+# Before a round's time is known, a call asks for one round, or this many where the rounds are known to be small
+# (RunContext.small_rounds): alone in its call, round 1 would pay a call's latency by itself, about as much as the
+# round (benchmarks/README.md, "Fixed cost").
+FIRST_CALL_SMALL_ROUNDS = 8
 
 
 @dataclass
@@ -39,12 +43,12 @@ class RoundQueue:
     previous one; and after the last), asked for with the rounds."""
 
     def __init__(self, coordinator, done: int, last: int, every: int | Literal["auto"],
-                 per_call: int | Literal["auto"] = "auto", auto_seconds: float = 30.0):
+                 per_call: int | Literal["auto"] = "auto", auto_seconds: float = 30.0, first_per_call: int = 1):
         self.coordinator, self.submitted, self.last = coordinator, done, last
         self.every = 0 if every == "auto" else every
         self.timed, self.auto_seconds, self.since = every == "auto", auto_seconds, time.monotonic()
         self.fixed = per_call != "auto"  # resources.rounds_per_call
-        self.per_call = per_call if self.fixed else 1  # auto: one until a round's time is known
+        self.per_call = per_call if self.fixed else first_per_call  # auto: until a round's time is known
         self.calls: deque[RoundsCall] = deque()
         while len(self.calls) < CALLS_AHEAD and self.submitted < last:
             self.submit()
@@ -89,7 +93,8 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
     cfg, history = ctx.cfg, record.history
     bar = progress_bar(ctx.request.progress, cfg.train.rounds, len(history))
     queue = RoundQueue(coordinator, len(history), ctx.request.last_round, cfg.checkpoint.every,
-                       cfg.resources.rounds_per_call, cfg.checkpoint.auto_seconds)
+                       cfg.resources.rounds_per_call, cfg.checkpoint.auto_seconds,
+                       FIRST_CALL_SMALL_ROUNDS if ctx.small_rounds else 1)
     metrics_file = MetricsFile(ctx.log)
     r0 = time.perf_counter()
     try:

@@ -46,6 +46,9 @@ class RunContext:
     stop: StopSignals
     phases: Phases
     snapshot: dict[str, Any] | None
+    # resources.clients_on: auto put the clients in the coordinator, so every round is small (at most
+    # orchestrator/ray_runtime/placement.py's small_round_steps optimizer steps): set by the start-up
+    small_rounds: bool = False
 
     @property
     def cfg(self) -> ExperimentConfig:

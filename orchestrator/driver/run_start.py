@@ -58,6 +58,7 @@ def set_up(ctx: RunContext):
                 data = data_ready.result()
             check_engine(cfg, data)
             clients_here = clients_in_coordinator(cfg, data)
+            ctx.small_rounds = clients_here and cfg.resources.clients_on == "auto"
             if local and not clients_here:
                 end_coordinator(coordinator)
                 coordinator, local = None, False

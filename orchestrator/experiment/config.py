@@ -379,8 +379,9 @@ class ResourcesConfig(Strict):
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "
         "orchestrator/driver/round_loop.py's CALL_SECONDS (a call costs a fraction of a millisecond, which rounds of a few "
-        "milliseconds feel), never past a due checkpoint. The history does not depend on it; a stop signal waits "
-        "for the calls in flight")
+        "milliseconds feel), never past a due checkpoint, and before that is known one (FIRST_CALL_SMALL_ROUNDS where "
+        "clients_on: auto put the clients in the coordinator). The history does not depend on it; a stop signal "
+        "waits for the calls in flight")
     partial_sums: bool = Field(True, description="each group of a round's clients (train.group_steps) comes back "
                                "as the sample-weighted sum of its models, not each model, where the method declares "
                                "that it averages them as FedAvg does (Capabilities.averages_models) and no per-client "

@@ -69,8 +69,8 @@ def test_a_round_begun_but_never_asked_for_leaves_no_trace(tmp_path):
 @pytest.mark.ray
 def test_a_large_models_run_on_actors_has_the_history_of_one_in_the_coordinator(ray_session, workdir):
     """acar_cnn (a large model: client groups of 8 steps, so a round spreads over the client actors, and each
-    round's end begins the next round's training there) on 2 actors and in the coordinator: the same history,
-    bitwise."""
+    round's end begins the next round's training there) on 2 actors, its evaluation in the coordinator or split
+    over the actors behind their training, and in the coordinator: the same history, bitwise."""
     from orchestrator.driver.run import run_experiment
     from orchestrator.experiment.config import load_config
 
@@ -80,13 +80,16 @@ def test_a_large_models_run_on_actors_has_the_history_of_one_in_the_coordinator(
             "data.num_clients=6", "train.clients_per_round=4", "train.rounds=3", "train.local_epochs=1",
             "resources.cpus_per_actor=0.5", *where])
         result = run_experiment(cfg, progress=False)
-        return result.history, torch.load(f"{result.run_dir}/final_state.pt", weights_only=True)["model"]
+        model = torch.load(f"{result.run_dir}/final_state.pt", weights_only=True)["model"]
+        return result.history, model, len(result.phases.get("evaluate: on the client actors", []))
 
-    history, model = run("resources.clients_on=coordinator")
+    history, model, _ = run("resources.clients_on=coordinator")
     assert all("accuracy" in m for m in history)
-    other, other_model = run("resources.num_actors=2")
-    assert other == history
-    assert all(torch.equal(model[k], other_model[k]) for k in model)
+    for evaluate_on, evaluations_on_actors in (("auto", 0), ("client_actors", 3)):
+        other, other_model, on_actors = run("resources.num_actors=2", f"resources.evaluate_on={evaluate_on}")
+        assert on_actors == evaluations_on_actors, evaluate_on  # auto: the actors hold 1 of the 2 CPUs
+        assert other == history, evaluate_on
+        assert all(torch.equal(model[k], other_model[k]) for k in model)
 
 
 def test_settling_a_round_begun_ahead_waits_for_it_and_drops_it(tmp_path):

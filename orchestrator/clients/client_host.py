@@ -23,7 +23,7 @@ from orchestrator.clients.client_store import ClientStateStore
 from orchestrator.experiment.methods import build_algorithm
 from orchestrator.server.evaluation import accuracies_on_test_sets
 from tasks.algorithms import ClientUpdate, RoundContext
-from tasks.algorithms.base import State, derive_seeds, seeded_generator, to_device
+from tasks.algorithms.base import State, count_correct, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
 from tasks.algorithms.engines import run_engine
 from tasks.algorithms.faults import method_hook
@@ -149,10 +149,20 @@ class ClientHost:
     def evaluate_global(self, state: State, batch_size: int) -> dict[str, float] | None:
         """The global model's accuracy on each global test set, computed on this host's device (the GPU where
         the run has one, rather than the coordinator's CPU); None for a method without a global model."""
+        return accuracies_on_test_sets(self.algorithm, to_device(state, self.device), self._global_test_sets(),
+                                       batch_size, self.device)
+
+    def count_correct(self, state: State, shares: dict[str, tuple[int, int]], batch_size: int) -> dict[str, int]:
+        """The global model's correct predictions on a share of each global test set ({name: (start, end)})."""
+        model = self.algorithm.global_model(to_device(state, self.device))
+        tests = self._global_test_sets()
+        return {name: count_correct(model, tests[name][0][start:end], tests[name][1][start:end], batch_size)
+                for name, (start, end) in shares.items()}
+
+    def _global_test_sets(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         if self._test_sets is None:
             self._test_sets = to_device(self.federated.test_sets(), self.device)
-        return accuracies_on_test_sets(self.algorithm, to_device(state, self.device), self._test_sets, batch_size,
-                                       self.device)
+        return self._test_sets
 
     def placement(self) -> dict[str, Any]:
         """Where this host's tensors are: its clients' shards, and the working models that have trained (their

@@ -376,6 +376,13 @@ class ResourcesConfig(Strict):
         "orchestrator/ray_runtime/placement.py's small_round_steps optimizer steps in all) and no GPU is asked for, "
         "else actors. "
         "The history is the same as on any number of client actors (train.group_steps)")
+    evaluate_on: Literal["auto", "coordinator", "client_actors"] = Field(
+        "auto", description="where the global model is evaluated when the clients train on client actors: in the "
+        "coordinator (beside the next round's training, where a round begins ahead), or split over the client "
+        "actors, each counting its share of the test sets after its training; auto: on a client actor's GPU where "
+        "the actors have GPUs, split over the actors for a model of over 200 k multiply-adds a sample whose CPU "
+        "actors hold every CPU of the cluster (the coordinator's evaluation would take a core from their "
+        "training), else the coordinator. The accuracies do not depend on it")
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="rounds the driver asks of the coordinator in one Ray call; auto: as many as took about "
         "orchestrator/driver/round_loop.py's CALL_SECONDS (a call costs a fraction of a millisecond, which rounds of a few "

@@ -64,6 +64,10 @@ class ClientActor:
         """The global model's test-set accuracies on this actor's device; False: not loaded yet."""
         return False if self.host is None else self.host.evaluate_global(state, batch_size)
 
+    def count_correct(self, state, shares: dict[str, tuple[int, int]], batch_size: int) -> dict[str, int] | bool:
+        """The global model's correct predictions on `shares` ({test set: (start, end)}); False: not loaded yet."""
+        return False if self.host is None else self.host.count_correct(state, shares, batch_size)
+
     def ping(self) -> bool:
         """Alive; True once loaded."""
         return self.host is not None

@@ -114,6 +114,77 @@ def plan_round(groups: list[list[int]], owner: dict[int, int], num_actors: int,
     return plan
 
 
+def evaluates_over_client_actors(cfg, algorithm, num_actors: int) -> bool:
+    """Whether the global model is evaluated split over the CPU client actors rather than in the coordinator
+    (resources.evaluate_on): asked for, or, at auto, a large model (tasks/algorithms/engines.py) on actors that
+    hold every CPU of the cluster, where the coordinator's evaluation would take a core from their training
+    (benchmarks/README.md, "Where the model is the cost")."""
+    from tasks.algorithms.engines import large_model
+
+    res = cfg.resources
+    if res.evaluate_on != "auto":
+        return res.evaluate_on == "client_actors"
+    cpus = ray.cluster_resources().get("CPU", 0)
+    return num_actors * res.cpus_per_actor >= cpus and bool(large_model(algorithm))
+
+
+# A training step of b samples costs about this many forward passes of b samples (a backward pass is about two):
+# what weighs an actor's queued training against its share of the evaluation.
+STEP_FORWARDS = 3
+
+
+def evaluation_fractions(training: list[float], samples: int) -> list[float]:
+    """Each actor's fraction of an evaluation of `samples` forward passes, queued behind `training` (each actor's
+    queued training, in forward passes of one sample): the least loaded actors take it first, up to a common level
+    (water-filling), so that the actors finish together where they can."""
+    if samples <= 0:
+        return [1.0 / len(training)] * len(training)
+    order = sorted(training)
+    level = order[0] + samples
+    for k in range(1, len(order) + 1):
+        level = (sum(order[:k]) + samples) / k
+        if k == len(order) or level <= order[k]:
+            break
+    return [max(0.0, level - load) / samples for load in training]
+
+
+def evaluation_shares(sizes: dict[str, int], fractions: list[float]) -> list[dict[str, tuple[int, int]]]:
+    """Each test set's samples cut into contiguous shares, one per fraction: [{test set: (start, end)}]."""
+    cumulative = [sum(fractions[:k]) for k in range(len(fractions) + 1)]
+    shares: list[dict[str, tuple[int, int]]] = [{} for _ in fractions]
+    for name, size in sizes.items():
+        bounds = [min(size, round(size * c)) for c in cumulative[:-1]] + [size]
+        for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
+            shares[part][name] = (start, end)
+    return shares
+
+
+class Gathered:
+    """The answers to a call begun on the client actors, gathered once: when the server asks for them, or earlier,
+    by an evaluation sent behind the call that waits anyway (a failure is raised when the server asks)."""
+
+    def __init__(self, gather: Callable[[], ClientResults]):
+        self._gather = gather
+        self._outcome: ClientResults | Exception | None = None
+
+    @property
+    def collected(self) -> bool:
+        return self._outcome is not None
+
+    def collect(self) -> None:
+        if self._outcome is None:
+            try:
+                self._outcome = self._gather()
+            except Exception as error:  # noqa: BLE001 - the server's round raises it, when it asks
+                self._outcome = error
+
+    def __call__(self) -> ClientResults:
+        self.collect()
+        if isinstance(self._outcome, Exception):
+            raise self._outcome
+        return self._outcome
+
+
 class ActorPool:
     """The client actors, started at construction (their processes import torch while the coordinator prepares),
     loaded by `start`."""
@@ -130,6 +201,8 @@ class ActorPool:
             for hosted in self.hosted
         ]
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
+        self.begun: Gathered | None = None  # the last call begun, and each actor's optimizer steps in it
+        self.begun_steps = [0.0] * len(self.actors)
         self.restarts = [0] * len(self.actors)
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
@@ -140,9 +213,11 @@ class ActorPool:
         self.hosted = groups.hosts(len(self.actors))
         self.owner = {c: a for a, hosted in enumerate(self.hosted) for c in hosted}
         self._await_actors(self.cfg.resources.actor_start_timeout)
-        self.evaluator = self._gpu_actor()
+        self.evaluator = self._gpu_actor() if self.cfg.resources.evaluate_on == "auto" else None
         if self.evaluator is not None:
             server.global_accuracies = self._global_accuracies_on_actor
+        elif evaluates_over_client_actors(self.cfg, server.algorithm, len(self.actors)):
+            server.global_accuracies = self._global_accuracies_over_actors
 
     def _gpu_actor(self) -> int | None:
         """The first client actor that computes on a GPU: the global model is evaluated there."""
@@ -164,6 +239,35 @@ class ActorPool:
                 break
         server = self.server
         return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
+
+    def _global_accuracies_over_actors(self, state) -> dict[str, float] | None:
+        """Global evaluation split over the client actors, each counting the correct predictions of its share of
+        every test set (`evaluation_shares`); the counts add up exactly, so the accuracies are the ones of one
+        process. Sent behind the training of a round begun ahead, whose results are gathered while the counts are
+        awaited; on this CPU if an actor is gone."""
+        from orchestrator.server.evaluation import accuracies_on_test_sets
+
+        server = self.server
+        if not server.algorithm.capabilities().global_model:
+            return None
+        sizes = {name: len(y) for name, (_, y) in server.test_sets.items()}
+        state_ref = ray.put(state)
+        queued = [0.0] * len(self.actors) if self.begun is None or self.begun.collected else self.begun_steps
+        step = STEP_FORWARDS * self.cfg.train.batch_size
+        fractions = evaluation_fractions([steps * step for steps in queued], sum(sizes.values()))
+        with server.phases("evaluate: on the client actors"):
+            counts = [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)
+                      for actor, share in zip(self.actors, evaluation_shares(sizes, fractions))
+                      if any(end > start for start, end in share.values())]
+            if self.begun is not None:
+                self.begun.collect()
+            try:
+                answers = ray.get(counts)
+            except (RayActorError, ObjectLostError):
+                answers = [False]
+        if any(answer is False for answer in answers):
+            return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
+        return {name: sum(answer[name] for answer in answers) / max(1, n) for name, n in sizes.items()}
 
     def _await_actors(self, timeout: float) -> None:
         """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one
@@ -205,10 +309,13 @@ class ActorPool:
                 call = call.with_payload(ray.put(call.payload))
         sent = time.perf_counter()
         groups = self.client_groups.split(call.client_ids)
-        pending = {self._call(a, call.to(group)): (a, group, 0)
-                   for a, group in plan_round(groups, self.owner, len(self.actors), self.costs).items()}
+        plan = plan_round(groups, self.owner, len(self.actors), self.costs)
+        pending = {self._call(a, call.to(group)): (a, group, 0) for a, group in plan.items()}
+        self.begun_steps = [sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0
+                            for a in range(len(self.actors))]
         self.server.phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
-        return lambda: self._gather(call, pending, sent)
+        self.begun = Gathered(lambda: self._gather(call, pending, sent))
+        return self.begun
 
     def _gather(self, call: ClientCall, pending: dict, sent: float) -> ClientResults:
         """The answers to `call`'s `pending` actor calls (ObjectRef: (actor, its clients, attempt)), sent at `sent`."""

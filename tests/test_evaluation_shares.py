@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.experiment.config import load_config
-from orchestrator.ray_runtime.client_pool import evaluation_fractions, evaluates_over_client_actors, evaluation_shares
+from orchestrator.ray_runtime.client_pool import (
+    evaluates_over_client_actors,
+    evaluation_fractions,
+    evaluation_shares,
+)
 
 
 def test_the_least_loaded_actors_take_the_evaluation_up_to_a_common_level():

@@ -252,12 +252,9 @@ class ActorPool:
             return None
         sizes = {name: len(y) for name, (_, y) in server.test_sets.items()}
         state_ref = ray.put(state)
-        queued = [0.0] * len(self.actors) if self.begun is None or self.begun.collected else self.begun_steps
-        step = STEP_FORWARDS * self.cfg.train.batch_size
-        fractions = evaluation_fractions([steps * step for steps in queued], sum(sizes.values()))
         with server.phases("evaluate: on the client actors"):
             counts = [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)
-                      for actor, share in zip(self.actors, evaluation_shares(sizes, fractions))
+                      for actor, share in zip(self.actors, self._evaluation_shares(sizes))
                       if any(end > start for start, end in share.values())]
             if self.begun is not None:
                 self.begun.collect()
@@ -268,6 +265,13 @@ class ActorPool:
         if any(answer is False for answer in answers):
             return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
         return {name: sum(answer[name] for answer in answers) / max(1, n) for name, n in sizes.items()}
+
+    def _evaluation_shares(self, sizes: dict[str, int]) -> list[dict[str, tuple[int, int]]]:
+        """Each actor's share of the test sets, weighed against the training of a round begun ahead that is
+        queued before it (none queued: even shares)."""
+        queued = [0.0] * len(self.actors) if self.begun is None or self.begun.collected else self.begun_steps
+        step = STEP_FORWARDS * self.cfg.train.batch_size
+        return evaluation_shares(sizes, evaluation_fractions([steps * step for steps in queued], sum(sizes.values())))
 
     def _await_actors(self, timeout: float) -> None:
         """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.experiment.config import load_config
 from orchestrator.ray_runtime.client_pool import (
+    SHARE_QUANTUM,
     evaluates_over_client_actors,
     evaluation_fractions,
     evaluation_shares,
@@ -23,9 +24,14 @@ def test_the_least_loaded_actors_take_the_evaluation_up_to_a_common_level():
     assert evaluation_fractions([5.0, 7.0], 0) == [0.5, 0.5]
 
 
-def test_shares_cut_every_test_set_into_contiguous_pieces_that_cover_it():
-    shares = evaluation_shares({"test": 270, "rotated": 5}, [85 / 270, 185 / 270])
-    assert shares == [{"test": (0, 85), "rotated": (0, 2)}, {"test": (85, 270), "rotated": (2, 5)}]
+def test_shares_cut_every_test_set_into_contiguous_pieces_that_cover_it_at_multiples_of_the_quantum():
+    assert SHARE_QUANTUM == 32
+    shares = evaluation_shares({"test": 270, "rotated": 5, "large": 1000}, [85 / 270, 185 / 270])
+    # 85 -> 96 (3 × 32), 5 × 0.31 -> 0, 1000 × 0.31 = 314.8 -> 320 (10 × 32)
+    assert shares == [{"test": (0, 96), "rotated": (0, 0), "large": (0, 320)},
+                      {"test": (96, 270), "rotated": (0, 5), "large": (320, 1000)}]
+    thirds = evaluation_shares({"test": 100}, [1 / 3, 1 / 3, 1 / 3])
+    assert thirds == [{"test": (0, 32)}, {"test": (32, 64)}, {"test": (64, 100)}]
     assert evaluation_shares({"test": 3}, [0.0, 1.0]) == [{"test": (0, 0)}, {"test": (0, 3)}]
 
 

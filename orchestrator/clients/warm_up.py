@@ -54,15 +54,18 @@ def throwaway_update(cfg, data, clients: list[int], device: str) -> None:
 
 
 def build_working_model(algorithm, device: str = "cpu") -> None:
-    """The host's own working model built now rather than by its first client in round 1 (the warm-up's host has a
-    model of its own); methods with models of their own (several architectures, pairs) build theirs as they meet
-    them."""
+    """The host's own working model, and the one it evaluates the global model with (where the evaluation is split
+    over the client actors: orchestrator/ray_runtime/client_pool.py), built now rather than in round 1 (the
+    warm-up's host has a model of its own); methods with models of their own (several architectures, pairs) build
+    theirs as they meet them."""
     from tasks.algorithms.base import Algorithm
     from tasks.algorithms.stacked import layout_of
 
     if type(algorithm).working_model is Algorithm.working_model:
         with preserved_random_state(device):
             layout_of(algorithm.working_model(device=device))
+            if algorithm.capabilities().global_model:
+                algorithm.working_model(device=device, key="eval")
 
 
 def warm_up_round(cfg, data) -> bool:

@@ -148,12 +148,18 @@ def evaluation_fractions(training: list[float], samples: int) -> list[float]:
     return [max(0.0, level - load) / samples for load in training]
 
 
+# Shares are cut at multiples of this many samples, so that an actor meets few shapes of evaluation batch: the
+# first forward pass of a new shape builds its convolution kernels (about 10 ms for acar_cnn, measured).
+SHARE_QUANTUM = 32
+
+
 def evaluation_shares(sizes: dict[str, int], fractions: list[float]) -> list[dict[str, tuple[int, int]]]:
-    """Each test set's samples cut into contiguous shares, one per fraction: [{test set: (start, end)}]."""
+    """Each test set's samples cut into contiguous shares, one per fraction, at multiples of SHARE_QUANTUM:
+    [{test set: (start, end)}]."""
     cumulative = [sum(fractions[:k]) for k in range(len(fractions) + 1)]
     shares: list[dict[str, tuple[int, int]]] = [{} for _ in fractions]
     for name, size in sizes.items():
-        bounds = [min(size, round(size * c)) for c in cumulative[:-1]] + [size]
+        bounds = [min(size, SHARE_QUANTUM * round(size * c / SHARE_QUANTUM)) for c in cumulative[:-1]] + [size]
         for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
             shares[part][name] = (start, end)
     return shares

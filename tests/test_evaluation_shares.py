@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.experiment.config import load_config
-from orchestrator.ray_runtime.client_pool import (
+from orchestrator.ray_runtime.split_evaluation import (
     SHARE_QUANTUM,
     evaluates_over_client_actors,
     evaluation_fractions,

@@ -120,32 +120,6 @@ def plan_round(groups: list[list[int]], owner: dict[int, int], num_actors: int,
     return plan
 
 
-class Gathered:
-    """The answers to a call begun on the client actors, gathered once: when the server asks for them, or earlier,
-    by an evaluation sent behind the call that waits anyway (a failure is raised when the server asks)."""
-
-    def __init__(self, gather: Callable[[], ClientResults]):
-        self._gather = gather
-        self._outcome: ClientResults | Exception | None = None
-
-    @property
-    def collected(self) -> bool:
-        return self._outcome is not None
-
-    def collect(self) -> None:
-        if self._outcome is None:
-            try:
-                self._outcome = self._gather()
-            except Exception as error:  # noqa: BLE001 - the server's round raises it, when it asks
-                self._outcome = error
-
-    def __call__(self) -> ClientResults:
-        self.collect()
-        if isinstance(self._outcome, Exception):
-            raise self._outcome
-        return self._outcome
-
-
 class ActorPool:
     """The client actors, started at construction (their processes import torch while the coordinator prepares),
     loaded by `start`."""
@@ -162,8 +136,8 @@ class ActorPool:
             for hosted in self.hosted
         ]
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
-        self.begun: Gathered | None = None  # the last call begun, and each actor's optimizer steps in it
-        self.begun_steps = [0.0] * len(self.actors)
+        self.splits_evaluation = False  # the global evaluation split over the actors (split_evaluation.py)
+        self.sent_counts: tuple[Any, list] | None = None  # (state, its counts' refs), sent ahead of a round begun
         self.restarts = [0] * len(self.actors)
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
@@ -178,6 +152,7 @@ class ActorPool:
         if self.evaluator is not None:
             server.global_accuracies = self._global_accuracies_on_actor
         elif evaluates_over_client_actors(self.cfg, server.algorithm, len(self.actors)):
+            self.splits_evaluation = True
             server.global_accuracies = self._global_accuracies_over_actors
 
     def _gpu_actor(self) -> int | None:
@@ -203,36 +178,45 @@ class ActorPool:
 
     def _global_accuracies_over_actors(self, state) -> dict[str, float] | None:
         """Global evaluation split over the client actors, each counting the correct predictions of its share of
-        every test set (`evaluation_shares`); the counts add up exactly, so the accuracies are the ones of one
-        process. Sent behind the training of a round begun ahead, whose results are gathered while the counts are
-        awaited; on this CPU if an actor is gone."""
+        every test set (split_evaluation.py); the counts add up exactly, so the accuracies are the ones of one
+        process. Its counts were sent ahead of the next round's training where that round was begun
+        (`_count_ahead`); on this CPU if an actor is gone."""
         from orchestrator.server.evaluation import accuracies_on_test_sets
 
         server = self.server
         if not server.algorithm.capabilities().global_model:
             return None
-        sizes = {name: len(y) for name, (_, y) in server.test_sets.items()}
-        state_ref = ray.put(state)
+        sent, self.sent_counts = self.sent_counts, None
+        counts = sent[1] if sent is not None and sent[0] is state else self._send_counts(state, {})
         with server.phases("evaluate: on the client actors"):
-            counts = [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)
-                      for actor, share in zip(self.actors, self._evaluation_shares(sizes))
-                      if any(end > start for start, end in share.values())]
-            if self.begun is not None:
-                self.begun.collect()
             try:
                 answers = ray.get(counts)
             except (RayActorError, ObjectLostError):
                 answers = [False]
         if any(answer is False for answer in answers):
             return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
+        sizes = {name: len(y) for name, (_, y) in server.test_sets.items()}
         return {name: sum(answer[name] for answer in answers) / max(1, n) for name, n in sizes.items()}
 
-    def _evaluation_shares(self, sizes: dict[str, int]) -> list[dict[str, tuple[int, int]]]:
-        """Each actor's share of the test sets, weighed against the training of a round begun ahead that is
-        queued before it (none queued: even shares)."""
-        queued = [0.0] * len(self.actors) if self.begun is None or self.begun.collected else self.begun_steps
+    def _send_counts(self, state, plan: dict[int, list[int]]) -> list:
+        """Each actor asked to count the correct predictions of its share of the test sets, the shares weighed
+        against the training `plan` sends it next ({actor: clients}), so that the actors finish together."""
+        sizes = {name: len(y) for name, (_, y) in self.server.test_sets.items()}
         step = STEP_FORWARDS * self.cfg.train.batch_size
-        return evaluation_shares(sizes, evaluation_fractions([steps * step for steps in queued], sum(sizes.values())))
+        queued = [step * sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0
+                  for a in range(len(self.actors))]
+        shares = evaluation_shares(sizes, evaluation_fractions(queued, sum(sizes.values())))
+        state_ref = ray.put(state)
+        return [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)
+                for actor, share in zip(self.actors, shares) if any(end > start for start, end in share.values())]
+
+    def _count_ahead(self, call: ClientCall, plan: dict[int, list[int]]) -> None:
+        """For a round begun ahead as the round before it ends with an evaluation due: that evaluation's counts
+        sent before the round's training, so that the ending round's metrics need not wait for it."""
+        server = self.server
+        if self.splits_evaluation and server.eval_due() and server.algorithm.capabilities().global_model:
+            with server.phases("evaluate: sent ahead of the next round's training"):
+                self.sent_counts = (server.state, self._send_counts(server.state, plan))
 
     def _await_actors(self, timeout: float) -> None:
         """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one
@@ -262,9 +246,14 @@ class ActorPool:
 
     def call(self, call: ClientCall) -> ClientResults:
         """`call` on the client actors, its payload put into the object store once if it is large."""
-        return self.begin(call)()
+        return self._send(call)()
 
     def begin(self, call: ClientCall) -> Callable[[], ClientResults]:
+        """The next round's `call`, begun as the round before it ends: sent now (after the counts of that round's
+        evaluation, where the actors split it: `_count_ahead`); what it returns waits for the results."""
+        return self._send(call, ahead=True)
+
+    def _send(self, call: ClientCall, ahead: bool = False) -> Callable[[], ClientResults]:
         """`call` sent to the client actors now; what it returns waits for their results. One call per actor; an
         actor's clients are retried once if it died, and fail if it dies again."""
         from tasks.algorithms.base import nbytes
@@ -275,12 +264,11 @@ class ActorPool:
         sent = time.perf_counter()
         groups = self.client_groups.split(call.client_ids)
         plan = plan_round(groups, self.owner, len(self.actors), self.costs)
+        if ahead:
+            self._count_ahead(call, plan)
         pending = {self._call(a, call.to(group)): (a, group, 0) for a, group in plan.items()}
-        self.begun_steps = [sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0
-                            for a in range(len(self.actors))]
         self.server.phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
-        self.begun = Gathered(lambda: self._gather(call, pending, sent))
-        return self.begun
+        return lambda: self._gather(call, pending, sent)
 
     def _gather(self, call: ClientCall, pending: dict, sent: float) -> ClientResults:
         """The answers to `call`'s `pending` actor calls (ObjectRef: (actor, its clients, attempt)), sent at `sent`."""

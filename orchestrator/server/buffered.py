@@ -222,7 +222,7 @@ def run_version(server, call) -> dict[str, Any]:
                    staleness_max=max(staleness, default=0), simulated_round_seconds=clock.clock - start,
                    simulated_seconds=clock.clock)
     buffered.forget_unused(server.round)
-    if server._eval_due():
+    if server.eval_due():
         metrics.update(server.evaluate(call))
     server.history.append(metrics)
     return metrics

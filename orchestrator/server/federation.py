@@ -221,13 +221,14 @@ class Server:
             metrics.update(self.privacy.metrics(self.round))
             if plan is not None:
                 metrics.update(self.participation.close(plan, metrics, payload_bytes))
-        if self._eval_due():
+        if self.eval_due():
             with phase("round: evaluate"):
                 metrics.update(self.evaluate(call))
         self.history.append(metrics)
         return metrics
 
-    def _eval_due(self) -> bool:
+    def eval_due(self) -> bool:
+        """Whether the round that has just ended (`round` counts it) evaluates (eval.every, and the last)."""
         return self.round % self.cfg.eval.every == 0 or self.round == self.cfg.train.rounds
 
     def _round_metrics(self, t, payload_bytes: int, cids, updates: list[ClientUpdate], failed: list[int],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
@@ -120,6 +120,14 @@ def plan_round(groups: list[list[int]], owner: dict[int, int], num_actors: int,
     return plan
 
 
+class SentCounts(NamedTuple):
+    """An evaluation's counts sent to the actors ahead of the round begun after it: the state they count for,
+    and the actors' answers to come."""
+
+    state: Any
+    refs: list
+
+
 class ActorPool:
     """The client actors, started at construction (their processes import torch while the coordinator prepares),
     loaded by `start`."""
@@ -137,7 +145,7 @@ class ActorPool:
         ]
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
         self.splits_evaluation = False  # the global evaluation split over the actors (split_evaluation.py)
-        self.sent_counts: tuple[Any, list] | None = None  # (state, its counts' refs), sent ahead of a round begun
+        self.sent_counts: SentCounts | None = None  # an evaluation's counts, sent ahead of a round begun
         self.restarts = [0] * len(self.actors)
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
@@ -187,7 +195,7 @@ class ActorPool:
         if not server.algorithm.capabilities().global_model:
             return None
         sent, self.sent_counts = self.sent_counts, None
-        counts = sent[1] if sent is not None and sent[0] is state else self._send_counts(state, {})
+        counts = sent.refs if sent is not None and sent.state is state else self._send_counts(state, {})
         with server.phases("evaluate: on the client actors"):
             try:
                 answers = ray.get(counts)
@@ -195,13 +203,15 @@ class ActorPool:
                 answers = [False]
         if any(answer is False for answer in answers):
             return accuracies_on_test_sets(server.algorithm, state, server.test_sets, self.cfg.eval.batch_size)
-        sizes = {name: len(y) for name, (_, y) in server.test_sets.items()}
-        return {name: sum(answer[name] for answer in answers) / max(1, n) for name, n in sizes.items()}
+        return {name: sum(answer[name] for answer in answers) / max(1, n) for name, n in self._test_sizes().items()}
+
+    def _test_sizes(self) -> dict[str, int]:
+        return {name: len(y) for name, (_, y) in self.server.test_sets.items()}
 
     def _send_counts(self, state, plan: dict[int, list[int]]) -> list:
         """Each actor asked to count the correct predictions of its share of the test sets, the shares weighed
         against the training `plan` sends it next ({actor: clients}), so that the actors finish together."""
-        sizes = {name: len(y) for name, (_, y) in self.server.test_sets.items()}
+        sizes = self._test_sizes()
         step = STEP_FORWARDS * self.cfg.train.batch_size
         queued = [step * sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0
                   for a in range(len(self.actors))]
@@ -210,13 +220,13 @@ class ActorPool:
         return [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)
                 for actor, share in zip(self.actors, shares) if any(end > start for start, end in share.values())]
 
-    def _count_ahead(self, call: ClientCall, plan: dict[int, list[int]]) -> None:
+    def _count_ahead(self, plan: dict[int, list[int]]) -> None:
         """For a round begun ahead as the round before it ends with an evaluation due: that evaluation's counts
         sent before the round's training, so that the ending round's metrics need not wait for it."""
         server = self.server
         if self.splits_evaluation and server.eval_due() and server.algorithm.capabilities().global_model:
             with server.phases("evaluate: sent ahead of the next round's training"):
-                self.sent_counts = (server.state, self._send_counts(server.state, plan))
+                self.sent_counts = SentCounts(server.state, self._send_counts(server.state, plan))
 
     def _await_actors(self, timeout: float) -> None:
         """Every client actor placed, constructed and loaded (restarted, if its node was lost meanwhile), or one
@@ -265,7 +275,7 @@ class ActorPool:
         groups = self.client_groups.split(call.client_ids)
         plan = plan_round(groups, self.owner, len(self.actors), self.costs)
         if ahead:
-            self._count_ahead(call, plan)
+            self._count_ahead(plan)
         pending = {self._call(a, call.to(group)): (a, group, 0) for a, group in plan.items()}
         self.server.phases.add(f"{call.name}: dispatch", time.perf_counter() - sent)
         return lambda: self._gather(call, pending, sent)

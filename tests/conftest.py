@@ -94,9 +94,25 @@ def finished_comparison(ray_session, tmp_path_factory):
     return base, comp, tmp / "out"
 
 
+@pytest.fixture(scope="session")
+def mlflow_store_made(tmp_path_factory):
+    """A new MLflow SQLite store, its tables made (MLflow's migrations: a second or two of CPU each time a run opens
+    a new store), for `workdir` to copy: each test still gets a store of its own. The first use of a new store,
+    several processes racing to make its tables, is tests/test_concurrent_first_use.py's."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-made") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def workdir(tmp_path):
-    """Overrides that keep a test's runs, partitions and MLflow store inside its tmp_path."""
+def workdir(tmp_path, mlflow_store_made):
+    """Overrides that keep a test's runs, partitions and MLflow store inside its tmp_path (the store a copy of
+    `mlflow_store_made`)."""
+    import shutil
+
+    shutil.copyfile(mlflow_store_made, tmp_path / "mlflow.db")
     return [
         f"checkpoint.dir={tmp_path / 'runs'}",
         f"data.partitions_dir={tmp_path / 'partitions'}",

@@ -95,6 +95,15 @@ def finished_comparison(ray_session, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mooring_run_on_its_own_ray(tmp_path_factory):
+    """One `mooring run` that starts a local Ray instance of its own, and what it left behind
+    (tests/own_ray_run.py), for tests/test_startup.py and tests/test_failures.py."""
+    from tests.own_ray_run import run_with_its_own_ray
+
+    return run_with_its_own_ray(tmp_path_factory.mktemp("own-ray"))
+
+
+@pytest.fixture(scope="session")
 def mlflow_store_made(tmp_path_factory):
     """A new MLflow SQLite store, its tables made (MLflow's migrations: a second or two of CPU each time a run opens
     a new store), for `workdir` to copy: each test still gets a store of its own. The first use of a new store,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_startup import ray_processes_of
+from tests.own_ray_run import ray_processes_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["data.num_clients=6", "train.clients_per_round=5", "train.rounds=4", "checkpoint.every=2",

@@ -80,13 +80,16 @@ COMPARED = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name"
 
 
 @pytest.fixture(scope="session")
-def finished_comparison(ray_session, tmp_path_factory):
+def finished_comparison(ray_session, tmp_path_factory, mlflow_store_made):
     """One small finished `compare` (COMPARED × seeds 0 and 1), shared by the tests that read what it leaves:
     (base config, Comparison, output directory)."""
+    import shutil
+
     from orchestrator.experiment.config import load_config
     from pipelines.compare import compare
 
     tmp = tmp_path_factory.mktemp("comparison")
+    shutil.copyfile(mlflow_store_made, tmp / "mlflow.db")
     base = load_config("configs/default.yaml", [f"checkpoint.dir={tmp / 'runs'}", f"data.partitions_dir={tmp / 'p'}",
                                                 f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "train.rounds=3",
                                                 "data.num_clients=6", "resources.num_actors=1"])

@@ -62,8 +62,8 @@ def bench(cwd, *args):
 
 
 def bench_here(cwd, monkeypatch, capsys, *args) -> str:
-    """`mooring bench ARGS` run from `cwd` in this process (its fresh processes are the benchmark's own; its runs on
-    Ray, if any, on the session's instance): what it printed."""
+    """`mooring bench ARGS` run from `cwd` in this process, for a benchmark that runs nothing on Ray here (its fresh
+    processes are the benchmark's own): what it printed."""
     from orchestrator.cli import main
 
     monkeypatch.chdir(cwd)
@@ -79,12 +79,15 @@ def ratios(text: str) -> dict[str, float]:
 
 
 @pytest.mark.ray
-def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(ray_session, tmp_path, monkeypatch,
-                                                                              capsys):
+def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(tmp_path):
+    """As a process of its own, with a Ray instance of its own: run here, it would start the session's instance this
+    early, and the runs of tests/test_checkpoint_policy.py (next in the suite, asking for no Ray) would then go on
+    it, a coordinator actor each, rather than in the test's process."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    out = bench_here(cwd, monkeypatch, capsys, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1",
-                     "--actors", "1")
+    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     found = ratios(out)
     assert found["efficient plain loop (fresh process, 1 thread)"] == 1.0
     assert found["vectorised loop, torch.func (fresh process, 1 thread)"] > 0

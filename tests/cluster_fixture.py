@@ -71,7 +71,7 @@ def kill_tree(processes: list[tuple[int, int]]) -> None:
                 pass
 
 
-def wait_until(predicate, timeout: float, what: str, poll: float = 0.5):
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -80,13 +80,16 @@ COMPARED = {"fedprox": {"algorithm.name": "fedprox"}, "local": {"algorithm.name"
 
 
 @pytest.fixture(scope="session")
-def finished_comparison(ray_session, tmp_path_factory):
+def finished_comparison(ray_session, tmp_path_factory, mlflow_store_made):
     """One small finished `compare` (COMPARED × seeds 0 and 1), shared by the tests that read what it leaves:
     (base config, Comparison, output directory)."""
+    import shutil
+
     from orchestrator.experiment.config import load_config
     from pipelines.compare import compare
 
     tmp = tmp_path_factory.mktemp("comparison")
+    shutil.copyfile(mlflow_store_made, tmp / "mlflow.db")
     base = load_config("configs/default.yaml", [f"checkpoint.dir={tmp / 'runs'}", f"data.partitions_dir={tmp / 'p'}",
                                                 f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "train.rounds=3",
                                                 "data.num_clients=6", "resources.num_actors=1"])
@@ -94,9 +97,34 @@ def finished_comparison(ray_session, tmp_path_factory):
     return base, comp, tmp / "out"
 
 
+@pytest.fixture(scope="session")
+def mooring_run_on_its_own_ray(tmp_path_factory):
+    """One `mooring run` that starts a local Ray instance of its own, and what it left behind
+    (tests/own_ray_run.py), for tests/test_startup.py and tests/test_failures.py."""
+    from tests.own_ray_run import run_with_its_own_ray
+
+    return run_with_its_own_ray(tmp_path_factory.mktemp("own-ray"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_store_made(tmp_path_factory):
+    """A new MLflow SQLite store, its tables made (MLflow's migrations: a second or two of CPU each time a run opens
+    a new store), for `workdir` to copy: each test still gets a store of its own. The first use of a new store,
+    several processes racing to make its tables, is tests/test_concurrent_first_use.py's."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-made") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def workdir(tmp_path):
-    """Overrides that keep a test's runs, partitions and MLflow store inside its tmp_path."""
+def workdir(tmp_path, mlflow_store_made):
+    """Overrides that keep a test's runs, partitions and MLflow store inside its tmp_path (the store a copy of
+    `mlflow_store_made`)."""
+    import shutil
+
+    shutil.copyfile(mlflow_store_made, tmp_path / "mlflow.db")
     return [
         f"checkpoint.dir={tmp_path / 'runs'}",
         f"data.partitions_dir={tmp_path / 'partitions'}",

@@ -55,9 +55,21 @@ def test_the_plain_loops_refuse_what_they_do_not_do():
 
 
 def bench(cwd, *args):
+    """`mooring bench ARGS` as a process of its own, run from `cwd` (for its exit status and error line)."""
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAY_AUTH_MODE": "disabled"}
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", "bench", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)
+
+
+def bench_here(cwd, monkeypatch, capsys, *args) -> str:
+    """`mooring bench ARGS` run from `cwd` in this process, for a benchmark that runs nothing on Ray here (its fresh
+    processes are the benchmark's own): what it printed."""
+    from orchestrator.cli import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    assert main(["bench", *args]) == 0
+    return capsys.readouterr().out
 
 
 def ratios(text: str) -> dict[str, float]:
@@ -68,37 +80,41 @@ def ratios(text: str) -> dict[str, float]:
 
 @pytest.mark.ray
 def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(tmp_path):
+    """As a process of its own, with a Ray instance of its own: run here, it would start the session's instance this
+    early, and the runs of tests/test_checkpoint_policy.py (next in the suite, asking for no Ray) would then go on
+    it, a coordinator actor each, rather than in the test's process."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    out = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
-    assert out.returncode == 0, out.stderr
-    found = ratios(out.stdout)
+    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    found = ratios(out)
     assert found["efficient plain loop (fresh process, 1 thread)"] == 1.0
     assert found["vectorised loop, torch.func (fresh process, 1 thread)"] > 0
     # 12 clients of one step: a small round, so resources.clients_on = auto trains them in the coordinator
     assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0
     assert found["Mooring, 1 actor, clients in the coordinator"] > 0
-    assert "12 clients, 4 per round, IID, 2 rounds" in out.stdout
-    assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out.stdout
-    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
+    assert "12 clients, 4 per round, IID, 2 rounds" in out
+    assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out
+    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out
     assert list(cwd.iterdir()) == []  # no ./mlruns, partitions or run directories left behind
 
 
 @pytest.mark.ray
-def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(tmp_path):
+def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(tmp_path, monkeypatch, capsys):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    out = bench(cwd, "whole-run", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
-    assert out.returncode == 0, out.stderr
-    found = ratios(out.stdout)
+    out = bench_here(cwd, monkeypatch, capsys, "whole-run", "--size", "12/4", "--rounds", "2", "--repeats", "1",
+                     "--actors", "1")
+    found = ratios(out)
     assert found["efficient plain loop, whole process"] == 1.0
     # no cluster given and rounds this small: the run needs no Ray and starts none
     assert found["`mooring run`, no Ray: clients in the driver's process, whole process"] > 0
-    assert "Reproduce: `mooring bench whole-run --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out.stdout
+    assert "Reproduce: `mooring bench whole-run --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out
     # the breakdown of one more run: its start-up phases, and the CPU seconds of its processes by kind
-    assert re.search(r"^start: client actors ready and loaded +1 ", out.stdout, flags=re.M)
+    assert re.search(r"^start: client actors ready and loaded +1 ", out, flags=re.M)
     cpu = re.search(r"CPU seconds, sampled: `mooring run` ([0-9.]+) \(.*the driver \(`mooring run`\) ([0-9.]+).*\); "
-                    r"the plain loop's process ([0-9.]+)\.", out.stdout)
+                    r"the plain loop's process ([0-9.]+)\.", out)
     assert cpu and float(cpu.group(1)) >= float(cpu.group(2)) > 0 and float(cpu.group(3)) > 0
     assert list(cwd.iterdir()) == []
 
@@ -146,15 +162,15 @@ def test_scale_benchmark_takes_each_checkpoint_off_the_round_that_waited_for_it(
     assert steady_round_seconds([9.0, 1.0, 1.5, 1.0, 3.0], [0.5, 7.0], every=2) == 1.0  # round 3 waited for round 2's
 
 
-def test_engine_benchmark_reports_both_engines_and_their_ratio(tmp_path):
+def test_engine_benchmark_reports_both_engines_and_their_ratio(tmp_path, monkeypatch, capsys):
     """One process, no Ray: vectorized against sequential on this machine's device, at a tiny size."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    out = bench(cwd, "engine", "--size", "4/3", "--samples", "8", "--rounds", "1", "--set", "train.batch_size=4")
-    assert out.returncode == 0, out.stderr
-    rates = dict(re.findall(r"^\| (sequential|vectorized) \| ([0-9.]+) \|", out.stdout, flags=re.M))
+    out = bench_here(cwd, monkeypatch, capsys, "engine", "--size", "4/3", "--samples", "8", "--rounds", "1", "--set",
+                     "train.batch_size=4")
+    rates = dict(re.findall(r"^\| (sequential|vectorized) \| ([0-9.]+) \|", out, flags=re.M))
     assert set(rates) == {"sequential", "vectorized"} and all(float(r) > 0 for r in rates.values())
-    assert float(re.search(r"vectorized / sequential: ([0-9.]+)×", out.stdout).group(1)) > 0
-    assert "2 steps of batch 4 per client update" in out.stdout
-    assert "Reproduce: `mooring bench engine --size 4/3 --samples 8 --rounds 1 --set train.batch_size=4`" in out.stdout
+    assert float(re.search(r"vectorized / sequential: ([0-9.]+)×", out).group(1)) > 0
+    assert "2 steps of batch 4 per client update" in out
+    assert "Reproduce: `mooring bench engine --size 4/3 --samples 8 --rounds 1 --set train.batch_size=4`" in out
     assert list(cwd.iterdir()) == []

@@ -51,60 +51,15 @@ def test_a_failed_round_is_never_checkpointed_and_the_resume_gives_the_uninterru
 
 
 # --------------------------------------------------------------------------------- Ray's processes
-def session_dir(cmdlines: list[str]) -> str:
-    """The Ray session directory the processes' command lines name (/tmp/ray/session_...)."""
-    import re
-
-    return next(m.group(0) for line in cmdlines if (m := re.search(r"/\S*/session_[^/\s]+", line)))
-
-
-def test_a_run_leaves_none_of_its_ray_instance_s_processes_behind(tmp_path):
+def test_a_run_leaves_none_of_its_ray_instance_s_processes_behind(mooring_run_on_its_own_ray):
     """The processes of the local instance `mooring run` started (its dashboard and runtime-env agents included,
     which Ray leaves to notice their raylet's end for about a minute) end with it, seen by their command lines
-    naming the instance's session directory."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
-    sets = [f"checkpoint.dir={tmp_path / 'runs'}", f"data.partitions_dir={tmp_path / 'p'}", "tracking.enabled=false",
-            "train.rounds=20", "data.num_clients=4", "resources.num_actors=1",
-            "resources.clients_on=actors"]  # a run that needs Ray (one without starts none: test_local_coordinator.py)
-    mooring = Path(sys.executable).parent / "mooring"
-    run = subprocess.Popen([str(mooring), "run", "configs/default.yaml", "--quiet", *[f"--set={s}" for s in sets]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-    seen: dict[int, psutil.Process] = {}
-    cmdlines = []
-    while run.poll() is None:  # every process the run starts, as it starts them
-        try:
-            for child in psutil.Process(run.pid).children(recursive=True):
-                if child.pid not in seen:
-                    seen[child.pid] = child
-                    cmdlines.append(" ".join(child.cmdline()))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    assert run.wait() == 0, run.stderr.read()[-2000:]
-    assert any("dashboard/agent.py" in line for line in cmdlines)  # the agents were seen running
-    session = session_dir(cmdlines)
-
-    def described(process: psutil.Process) -> str | None:
-        try:
-            return None if process.status() == psutil.STATUS_ZOMBIE else " ".join(process.cmdline())[:120]
-        except psutil.Error:  # ended meanwhile
-            return None
-
-    def of_the_session() -> list[str]:
-        named = [p for p in psutil.process_iter(["cmdline"]) if session in " ".join(p.info["cmdline"] or [])]
-        return sorted({d for p in [*seen.values(), *named] if (d := described(p)) is not None})
-
-    deadline = time.monotonic() + 5
-    while of_the_session() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert of_the_session() == []
+    naming the instance's session directory: none is left 5 s after it exited (tests/own_ray_run.py: the run
+    tests/test_startup.py reads too)."""
+    run = mooring_run_on_its_own_ray
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert any("dashboard/agent.py" in line for line in run.cmdlines)  # the agents were seen running
+    assert run.session_left == []
 
 
 # ------------------------------------------------------------------------------- a method's own bug

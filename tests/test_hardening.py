@@ -205,9 +205,10 @@ def rewrite_client_state(checkpoint: Path, data: bytes) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished_run(ray_session, tmp_path_factory):
+def finished_run(ray_session, tmp_path_factory, mlflow_store_made):
     """A 4-round run with checkpoints at rounds 2 and 4, and its history."""
     tmp = tmp_path_factory.mktemp("ckpt")
+    shutil.copyfile(mlflow_store_made, tmp / "mlflow.db")
     cfg = load_config("configs/default.yaml", FAST + [f"checkpoint.dir={tmp / 'runs'}", f"data.partitions_dir={tmp / 'p'}",
                                                       f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}", "algorithm.name=local"])
     result = run_experiment(cfg, progress=False)
@@ -297,10 +298,11 @@ def process_tree(pid: int) -> list[psutil.Process]:
 
 @pytest.mark.ray
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_path):
+def test_a_signal_stops_a_10_to_the_12_round_run_with_a_checkpoint(signum, tmp_path, mlflow_store_made):
     from mlflow.tracking import MlflowClient
 
     runs = tmp_path / "runs"
+    shutil.copyfile(mlflow_store_made, tmp_path / "mlflow.db")  # its tables made (tests/conftest.py)
     sets = [f"checkpoint.dir={runs}", f"data.partitions_dir={tmp_path / 'p'}", "data.num_clients=4",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "train.rounds=1000000000000", "checkpoint.every=0"]
     proc = cli("run", "configs/default.yaml", *[f"--set={s}" for s in sets], "--quiet")

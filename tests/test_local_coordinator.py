@@ -15,18 +15,42 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_startup import ray_processes_of
+from tests.own_ray_run import ray_processes_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["data.num_clients=6", "train.clients_per_round=5", "train.rounds=4", "checkpoint.every=2",
          "train.group_steps=4"]
 
 
-def mooring_run(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def started(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
+    """`mooring run ARGS` started, as a user starts it (no RAY_ADDRESS); `finished` waits for it."""
     env = {**os.environ, **(env_extra or {})}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def finished(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def mooring_run(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return finished(started(*args, env_extra=env_extra), timeout)
+
+
+def made_store(made: Path, directory: Path) -> str:
+    """A copy of the session's MLflow store whose tables are made (tests/conftest.py), in `directory`: its URI."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(made, directory / "mlflow.db")
+    return f"sqlite:///{directory / 'mlflow.db'}"
 
 
 def metrics_of(run_dir: Path) -> list[dict]:
@@ -41,10 +65,10 @@ def only_run(runs: Path) -> Path:
 
 
 @pytest.mark.ray
-def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path):
+def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path, mlflow_store_made):
     """The same config in the coordinator actor (on the test session's Ray) and in the driver, without Ray: the
     histories and final models are bitwise equal; the local run started no Ray process and its MLflow run holds
-    its metrics, params and artifacts, FINISHED."""
+    its metrics, params and artifacts, FINISHED. (The two runs go at once, each with an MLflow store of its own.)"""
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -52,12 +76,14 @@ def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path
     ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))
     common = [f"--set={o}" for o in SMALL + ["resources.clients_on=coordinator",
                                              f"data.partitions_dir={tmp_path / 'p'}"]]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    on_ray = mooring_run("configs/default.yaml", "--quiet", "--address", address, *common,
-                         f"--set=checkpoint.dir={tmp_path / 'ray'}", f"--set=tracking.uri={uri}")
+    uri = made_store(mlflow_store_made, tmp_path / "local-store")
+    on_ray = started("configs/default.yaml", "--quiet", "--address", address, *common,
+                     f"--set=checkpoint.dir={tmp_path / 'ray'}",
+                     f"--set=tracking.uri={made_store(mlflow_store_made, tmp_path / 'ray-store')}")
+    local = started("configs/default.yaml", "--quiet", *common, f"--set=checkpoint.dir={tmp_path / 'local'}",
+                    f"--set=tracking.uri={uri}", env_extra={"TMPDIR": str(ray_tmp)})
+    on_ray, local = finished(on_ray), finished(local)
     assert on_ray.returncode == 0, on_ray.stderr
-    local = mooring_run("configs/default.yaml", "--quiet", *common, f"--set=checkpoint.dir={tmp_path / 'local'}",
-                        f"--set=tracking.uri={uri}", env_extra={"TMPDIR": str(ray_tmp)})
     assert local.returncode == 0, local.stderr
     assert ray_processes_of(str(ray_tmp)) == [] and not (ray_tmp / "ray").exists()  # Ray never started
 
@@ -76,14 +102,14 @@ def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path
     assert {a.path for a in client.list_artifacts(run_id)} >= {"accuracy.png", "final_state.pt", "metrics.jsonl"}
 
 
-def test_a_methods_bug_without_ray_is_one_line(tmp_path):
+def test_a_methods_bug_without_ray_is_one_line(tmp_path, mlflow_store_made):
     """A method whose client code divides by zero in round 2, run without Ray: one line naming the method, hook,
     client and round, the traceback's last frames below it, exit 1; the MLflow run FAILED with the hook as a tag."""
     from mlflow.tracking import MlflowClient
 
     flag = tmp_path / "fault"
     flag.touch()
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = made_store(mlflow_store_made, tmp_path)
     done = mooring_run("configs/default.yaml", "--quiet", *[f"--set={o}" for o in SMALL + [
         "algorithm.name=tests.faulty_methods:FailingClient", f"algorithm.failing_client.flag={flag}",
         "algorithm.failing_client.round=2", "train.engine=sequential", f"checkpoint.dir={tmp_path / 'runs'}",
@@ -97,39 +123,41 @@ def test_a_methods_bug_without_ray_is_one_line(tmp_path):
     assert run.info.status == "FAILED" and run.data.tags["error.hook"] == "client_result"
 
 
+# rounds of about 15 ms here: the SIGTERM, sent once the first rounds are in metrics.jsonl, lands seconds before the end
+STOPPED_ROUNDS = 200
+
+
 def test_a_stopped_run_without_ray_resumes_to_the_uninterrupted_history(tmp_path):
     """SIGTERM during the rounds of a run without Ray: a checkpoint, exit status of a stop, and `--resume` ends
-    with the history of a run never stopped."""
-    overrides = [f"--set={o}" for o in ["data.num_clients=6", "train.clients_per_round=5", "train.rounds=400",
-                                        "checkpoint.every=50", f"data.partitions_dir={tmp_path / 'p'}",
-                                        "tracking.enabled=false"]]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    command = [sys.executable, "-m", "orchestrator.cli", "run", "configs/default.yaml", "--quiet", *overrides]
-    stopped = subprocess.Popen([*command, f"--set=checkpoint.dir={tmp_path / 'stopped'}"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with the history of a run never stopped (which runs meanwhile)."""
+    overrides = [f"--set={o}" for o in ["data.num_clients=6", "train.clients_per_round=5",
+                                        f"train.rounds={STOPPED_ROUNDS}", "checkpoint.every=50",
+                                        f"data.partitions_dir={tmp_path / 'p'}", "tracking.enabled=false"]]
+    stopped = started("configs/default.yaml", "--quiet", *overrides, f"--set=checkpoint.dir={tmp_path / 'stopped'}")
+    whole = started("configs/default.yaml", "--quiet", *overrides, f"--set=checkpoint.dir={tmp_path / 'whole'}")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((tmp_path / "stopped").glob("*/metrics.jsonl")):
-        time.sleep(0.1)
+        time.sleep(0.05)
     stopped.send_signal(signal.SIGTERM)
-    _, err = stopped.communicate(timeout=120)
+    err = finished(stopped, 120).stderr
     assert stopped.returncode != 0 and "Traceback" not in err
     run_dir = only_run(tmp_path / "stopped")
-    assert "--resume" in err and len(metrics_of(run_dir)) < 400
+    assert "--resume" in err and len(metrics_of(run_dir)) < STOPPED_ROUNDS
     resumed = mooring_run("--resume", str(run_dir), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
-    whole = mooring_run("configs/default.yaml", "--quiet", *overrides, f"--set=checkpoint.dir={tmp_path / 'whole'}")
+    whole = finished(whole)
     assert whole.returncode == 0, whole.stderr
     assert metrics_of(run_dir) == metrics_of(only_run(tmp_path / "whole"))
 
 
-def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys):
+def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys, mlflow_store_made):
     """The tracking process killed mid-run: the driver's calls go on as no-ops, tracking off, said once; what was
     written before stays in the store."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.reporting.tracker_process import TrackerProcess
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = made_store(mlflow_store_made, tmp_path)
     tracker = TrackerProcess.launch().configure(uri, "lost")
     tracker.open()
     run_id = tracker.start("lost-run", {"a": 1}, {"t": "x"})
@@ -148,12 +176,12 @@ def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys):
     assert client.get_run(run_id).data.params == {"a": "1"}
 
 
-def test_a_lost_tracking_process_reports_no_logged_steps(tmp_path):
+def test_a_lost_tracking_process_reports_no_logged_steps(tmp_path, mlflow_store_made):
     """A resume asks which rounds MLflow holds: with the tracking process gone the answer is none (a disabled
     Tracker's), not a failure."""
     from orchestrator.reporting.tracker_process import TrackerProcess
 
-    tracker = TrackerProcess.launch().configure(f"sqlite:///{tmp_path / 'mlflow.db'}", "lost")
+    tracker = TrackerProcess.launch().configure(made_store(mlflow_store_made, tmp_path), "lost")
     tracker.start("r", {}, {})
     tracker.process.kill()
     tracker.process.join(timeout=30)

@@ -24,10 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, mlflow_store_made):
     """A researcher's project directory: the package my_lab (a method, a model, a dataset) and a config naming them.
-    Importable because it is the working directory, as `mooring` is run from it (the tests chdir there)."""
-    return write_lab(tmp_path_factory.mktemp("lab"))
+    Importable because it is the working directory, as `mooring` is run from it (the tests chdir there). Its
+    MLflow store (lab.yaml's tracking.uri) is a copy of the session's, its tables made (tests/conftest.py)."""
+    import shutil
+
+    root = write_lab(tmp_path_factory.mktemp("lab"))
+    shutil.copyfile(mlflow_store_made, root / "mlflow.db")
+    return root
 
 
 @contextlib.contextmanager

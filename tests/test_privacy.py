@@ -34,7 +34,11 @@ TINY = ["tracking.enabled=false", "checkpoint.every=0", "data.dataset=synthetic"
         "data.synthetic.size=4", "data.num_clients=3", "train.clients_per_round=2", "train.rounds=2",
         "train.local_steps=1", "train.batch_size=8", "data.partition.kind=iid", "model.hidden=[8]",
         "model.feature_dim=8", "algorithm.fedproto.homogeneous_model=true", "algorithm.fedsa.homogeneous_model=true",
-        "eval.personalized_clients=1"]
+        "eval.personalized_clients=1",
+        # CReFF's defaults (100 features a class, 100 matching steps, 300 re-training passes) are its paper's, and
+        # take over half a minute here; a few of each exercise the same code
+        "algorithm.creff.num_features=4", "algorithm.creff.match_steps=2", "algorithm.creff.retrain_epochs=2",
+        "algorithm.creff.grad_draws=2"]
 
 
 def tiny(tmp_path, *overrides: str):

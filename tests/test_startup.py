@@ -2,15 +2,10 @@
 process of the Ray instance it started."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from orchestrator.driver.run import run_experiment
@@ -50,40 +45,16 @@ def test_a_run_times_its_start_up_rounds_and_end(ray_session, workdir):
     assert not any(key.startswith(("start:", "round:", "update:", "driver:")) for m in result.history for key in m)
 
 
-def ray_processes_of(tmpdir: str) -> list[psutil.Process]:
-    """Every process started with TMPDIR=tmpdir (the driver passes its environment to Ray's processes, and the
-    raylet to its workers, whose command lines Ray rewrites)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TMPDIR") == tmpdir:
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
-
-
-def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(tmp_path, workdir):
-    """On client actors (a run that needs Ray: it starts a local instance and ends it)."""
-    ray_tmp = Path(tempfile.mkdtemp(prefix="mx-"))  # short: Ray's socket paths under it must fit in 107 bytes
-    out_json = tmp_path / "out.json"
-    home = tmp_path / "home"  # a new user's: no ~/.ray/auth_token, no RAY_AUTH_MODE
-    env = {**os.environ, "TMPDIR": str(ray_tmp), "HOME": str(home)}
-    for variable in ("RAY_ADDRESS", "RAY_AUTH_MODE"):
-        env.pop(variable, None)
-    args = ["run", "configs/default.yaml", "--quiet", "--output-json", str(out_json),
-            *(f"--set={o}" for o in FAST + workdir + ["tracking.enabled=false", "resources.clients_on=actors"])]
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+def test_mooring_run_exits_with_its_result_and_leaves_no_ray_process(mooring_run_on_its_own_ray):
+    """On client actors (a run that needs Ray: it starts a local instance and ends it), as a new user runs it
+    (tests/own_ray_run.py: the run tests/test_failures.py reads too)."""
+    done = mooring_run_on_its_own_ray
     assert done.returncode == 0, done.stderr
-    assert "3 rounds in" in done.stdout and out_json.exists()
-    assert (home / ".ray" / "auth_token").exists()  # Ray's token authentication, on and silent
+    assert "3 rounds in" in done.stdout and done.out_json.exists()
+    assert (done.home / ".ray" / "auth_token").exists()  # Ray's token authentication, on and silent
     assert "Token authentication is enabled" not in done.stderr
-    deadline = time.monotonic() + 60  # the kernel kills Ray's processes with the driver; workers follow their raylet
-    while ray_processes_of(str(ray_tmp)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert ray_processes_of(str(ray_tmp)) == []
-    shutil.rmtree(ray_tmp, ignore_errors=True)
+    # within 60 s of its exit (the kernel kills Ray's processes with the driver; workers follow their raylet)
+    assert done.environment_left == []
 
 
 def test_mooring_run_starts_ray_before_importing_torch():

@@ -262,7 +262,7 @@ def wait_for(storage, study: str, condition, driver: subprocess.Popen, log: Path
             states = []
         if condition(states):
             return states
-        time.sleep(1.0)
+        time.sleep(0.2)
     raise AssertionError(f"timed out waiting for the sweep; log:\n{log.read_text()[-3000:]}")
 
 

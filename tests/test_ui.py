@@ -30,7 +30,7 @@ def wait_for_page(url: str, proc: subprocess.Popen, limit: float = 600.0) -> byt
             with urllib.request.urlopen(url, timeout=10) as r:
                 return r.read()
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     raise AssertionError(f"no answer from {url}")
 
 

@@ -55,7 +55,7 @@ def throwaway_update(cfg, data, clients: list[int], device: str) -> None:
 
 def build_working_model(algorithm, device: str = "cpu") -> None:
     """The host's own working model, and the one it evaluates the global model with (where the evaluation is split
-    over the client actors: orchestrator/ray_runtime/client_pool.py), built now rather than in round 1 (the
+    over the client actors: orchestrator/ray_runtime/split_evaluation.py), built now rather than in round 1 (the
     warm-up's host has a model of its own); methods with models of their own (several architectures, pairs) build
     theirs as they meet them."""
     from tasks.algorithms.base import Algorithm

@@ -379,8 +379,9 @@ class ResourcesConfig(Strict):
     evaluate_on: Literal["auto", "coordinator", "client_actors"] = Field(
         "auto", description="where the global model is evaluated when the clients train on client actors: in the "
         "coordinator (beside the next round's training, where a round begins ahead), or split over the client "
-        "actors, each counting its share of the test sets before its part of the next round's training; auto: on a client actor's GPU where "
-        "the actors have GPUs, split over the actors for a model of over 200 k multiply-adds a sample whose CPU "
+        "actors, each counting its share of the test sets before its part of the next round's training; auto: on "
+        "a client actor's GPU where the actors have GPUs, split over the actors for a model of over 200 k "
+        "multiply-adds a sample whose CPU "
         "actors hold every CPU of the cluster (the coordinator's evaluation would take a core from their "
         "training), else the coordinator. The accuracies do not depend on it")
     rounds_per_call: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(

@@ -144,7 +144,8 @@ class ActorPool:
             for hosted in self.hosted
         ]
         self.loaded = [False] * len(self.actors)  # loaded once: a later load is a restart (actors.json)
-        self.splits_evaluation = False  # the global evaluation split over the actors (split_evaluation.py)
+        # the global model's evaluation split over the actors (split_evaluation.py); a method without one has none
+        self.splits_evaluation = False
         self.sent_counts: SentCounts | None = None  # an evaluation's counts, sent ahead of a round begun
         self.restarts = [0] * len(self.actors)
 
@@ -159,7 +160,8 @@ class ActorPool:
         self.evaluator = self._gpu_actor() if self.cfg.resources.evaluate_on == "auto" else None
         if self.evaluator is not None:
             server.global_accuracies = self._global_accuracies_on_actor
-        elif evaluates_over_client_actors(self.cfg, server.algorithm, len(self.actors)):
+        elif server.algorithm.capabilities().global_model and evaluates_over_client_actors(
+                self.cfg, server.algorithm, len(self.actors)):
             self.splits_evaluation = True
             server.global_accuracies = self._global_accuracies_over_actors
 
@@ -192,8 +194,6 @@ class ActorPool:
         from orchestrator.server.evaluation import accuracies_on_test_sets
 
         server = self.server
-        if not server.algorithm.capabilities().global_model:
-            return None
         sent, self.sent_counts = self.sent_counts, None
         counts = sent.refs if sent is not None and sent.state is state else self._send_counts(state, {})
         with server.phases("evaluate: on the client actors"):
@@ -224,7 +224,7 @@ class ActorPool:
         """For a round begun ahead as the round before it ends with an evaluation due: that evaluation's counts
         sent before the round's training, so that the ending round's metrics need not wait for it."""
         server = self.server
-        if self.splits_evaluation and server.eval_due() and server.algorithm.capabilities().global_model:
+        if self.splits_evaluation and server.eval_due():
             with server.phases("evaluate: sent ahead of the next round's training"):
                 self.sent_counts = SentCounts(server.state, self._send_counts(server.state, plan))
 

@@ -5,9 +5,10 @@ The same clients (the config's partition), the digits MLP written out as an `nn.
 clients per round and the same mini-batches (each client's round generator seeded as Mooring seeds it, so the
 two reach the same global model: tests/test_bench.py), SGD with the config's learning rate, momentum and weight
 decay, FedAvg's sample-weighted average, the global model evaluated on the test set when `eval.every` says. One
-working model for every client: the global parameters are copied into it, a fresh optimizer (it holds no state
-beyond momentum), forward, backward, step; the weighted average is kept as one flat tensor. No framework, no
-Ray, no tracking, no checkpoints, one intra-op thread.
+working model for every client: the global parameters are copied into it, fresh momentum buffers, forward,
+backward, and torch.optim.SGD's step in its functional form (torch.optim.sgd.sgd: the class's first instance in
+a process imports torch._dynamo, 1.5 CPU-seconds of start-up the loop has no use for); the weighted average is
+kept as one flat tensor. No framework, no Ray, no tracking, no checkpoints, one intra-op thread.
 
 Run as its own process, it prints one JSON line: {"rounds_seconds": ...}, the time of its rounds alone (set-up,
 data loading and imports excluded; a caller timing the whole process gets those too):
@@ -18,7 +19,6 @@ data loading and imports excluded; a caller timing the whole process gets those 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import time
 from dataclasses import dataclass
@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector
+from torch.optim.sgd import sgd
 
 from tasks.algorithms.base import batch_indices, seeded_generator
 
@@ -118,11 +119,12 @@ def train_rounds(model: nn.Module, w: Workload, round_ends: list[float] | None =
         for cid in cids:
             x, y = w.clients[cid]
             load_flat(params, global_flat)
-            sgd = torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+            momentum_buffers = [None] * len(params) if opt.momentum else []  # a fresh optimizer's
             for idx in w.batches(round_idx, cid):
-                sgd.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x[idx]), y[idx]).backward()
-                sgd.step()
+                grads = torch.autograd.grad(F.cross_entropy(model(x[idx]), y[idx]), params)
+                with torch.no_grad():
+                    sgd(params, list(grads), momentum_buffers, weight_decay=opt.weight_decay, momentum=opt.momentum,
+                        lr=opt.lr, dampening=0.0, nesterov=False, maximize=False)
             averaged.add_(parameters_to_vector(params).detach(), alpha=len(y) / total)
         global_flat = averaged
         load_flat(params, global_flat)
@@ -145,7 +147,6 @@ def rounds_seconds(cfg, vectorized: bool = False) -> float:
     """Set up outside the clock (data, the sampled clients of every round), then time the rounds alone."""
     check_supported(cfg, vectorized)
     torch.set_num_threads(1)
-    importlib.import_module("torch._dynamo")  # the first optimizer of a process imports it (seconds): not a round's
     workload, model = load_workload(cfg)
     if vectorized:
         from benchmarks.vectorized_loop import train_rounds_vectorized as train

@@ -16,7 +16,6 @@ evaluated round}:
 """
 from __future__ import annotations
 
-import importlib
 import json
 import time
 
@@ -41,7 +40,6 @@ def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
     """Set up outside the clock, then each round's end from the first round's start, and the accuracies."""
     check_supported(cfg, vectorized, models=MODELS)
     torch.set_num_threads(1)
-    importlib.import_module("torch._dynamo")  # the first optimizer of a process imports it (seconds): not a round's
     workload, model = load_model_workload(cfg)
     if vectorized:
         from benchmarks.vectorized_loop import train_rounds_vectorized as train

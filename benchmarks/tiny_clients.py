@@ -82,7 +82,6 @@ def mooring_process(config: str, overrides: list[str], cwd: str) -> list[float]:
 def in_process_seconds(cfg) -> float:
     """Mooring's `run_in_process` (one process, no Ray, no tracking), one intra-op thread, rounds only."""
     import torch
-    import torch._dynamo  # noqa: F401 - see benchmarks/bare_loop.py
 
     from orchestrator.experiment.datasets import prepare_data
     from orchestrator.server.federation import run_in_process

@@ -1,8 +1,9 @@
 """A client host's first-use costs paid while the run starts, not in its first round.
 
-The first local update a process runs pays for more than the update: torch's first optimizer (which imports
-torch._dynamo), autograd's first backward, the vectorized engine's first torch.func trace, the allocator's first
-blocks, the CUDA context on a GPU, the method's and the privacy layer's lazy imports. A warm-up runs one such
+The first local update a process runs pays for more than the update: torch.func's first grad (which imports
+torch._dynamo, as a torch.optim optimizer would; Mooring's own optimizers do not: tasks/algorithms/optimizers.py),
+autograd's first backward, the vectorized engine's first torch.func trace, the allocator's first blocks, the CUDA
+context on a GPU, the method's and the privacy layer's lazy imports. A warm-up runs one such
 update on throwaway copies where the host is built (orchestrator/ray_runtime/actors.py: in each client actor, or
 in the coordinator that trains the clients): a host of its own for as many of the clients as a round trains
 together (up to WARM_UP_MAX_CLIENTS; its own method instance, its own in-memory client states, nothing written to

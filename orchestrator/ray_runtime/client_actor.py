@@ -29,7 +29,6 @@ class ClientActor:
 
     def __init__(self, cfg, client_ids: list[int], run_dir: str, threads: int):
         import torch
-        import torch._dynamo  # noqa: F401 - else the first optimizer imports it, inside round 1 (benchmarks/README.md)
 
         torch.set_num_threads(max(1, threads))
         wire.register()

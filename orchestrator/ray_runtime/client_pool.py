@@ -70,10 +70,6 @@ class CoordinatorClients:
 
         torch.set_num_threads(max(1, int(cfg.resources.cpus_per_actor)))
         self.host = host_for_run(cfg, data, list(range(data.num_clients)), run_dir, rounds_done)
-        if self.host.engine == "sequential" or cfg.clients_per_round == 1:
-            # its first torch optimizer would import torch._dynamo inside round 1 (1.4 s or more: benchmarks/
-            # README.md); the vectorized engine makes none, except for a call of one client
-            import torch._dynamo  # noqa: F401
         self.phases = phases
 
     def call(self, call: ClientCall) -> ClientResults:

@@ -38,8 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.capabilities import Capabilities, derive_capabilities
 from tasks.algorithms.hook_results import checked_loss
+from tasks.algorithms.optimizers import Optimizer
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 from tasks.privacy.mechanisms import clip_rows
@@ -337,11 +339,12 @@ def on_device(tensors: State, device) -> State:
     return {k: v.to(device) for k, v in tensors.items()}
 
 
-def make_optimizer(params, ctx: RoundContext) -> torch.optim.Optimizer:
+def make_optimizer(params, ctx: RoundContext) -> Optimizer:
+    """The run's local optimizer (train.optimizer): torch.optim's SGD or Adam update (tasks/algorithms/optimizers.py)."""
     t = ctx.train
     if t.optimizer == "adam":
-        return torch.optim.Adam(params, lr=ctx.lr, weight_decay=t.weight_decay)
-    return torch.optim.SGD(params, lr=ctx.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+        return optimizers.Adam(params, lr=ctx.lr, weight_decay=t.weight_decay)
+    return optimizers.SGD(params, lr=ctx.lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
 def batch_indices(num_samples: int, train: TrainSettings, generator: torch.Generator) -> list[torch.Tensor]:
@@ -369,7 +372,7 @@ def local_batches(data: ClientData, ctx: RoundContext) -> Iterator[tuple[torch.T
         yield data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
 
 
-def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, model: nn.Module, ctx: RoundContext) -> None:
+def step(optimizer: Optimizer, loss: torch.Tensor, model: nn.Module, ctx: RoundContext) -> None:
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if ctx.train.grad_clip is not None:

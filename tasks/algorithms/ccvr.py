@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.base import State, evaluating
 from tasks.models import FLModel
 
@@ -60,7 +61,7 @@ def calibrated_classifier(classifier: torch.nn.Linear, features: torch.Tensor, l
     weight = classifier.weight.detach().clone().requires_grad_(True)
     bias = None if classifier.bias is None else classifier.bias.detach().clone().requires_grad_(True)
     params = [weight] if bias is None else [weight, bias]
-    optimizer = torch.optim.SGD(params, lr=lr)
+    optimizer = optimizers.SGD(params, lr=lr)
     features = features.to(weight.dtype)
     for _ in range(steps):
         idx = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)

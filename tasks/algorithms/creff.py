@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.base import (
     Algorithm,
     ClientUpdate,
@@ -76,7 +77,7 @@ def synthesise_features(features: torch.Tensor, head: dict[str, torch.Tensor], r
     gradient that class's real features give the head; the others unchanged."""
     features = features.detach().clone().requires_grad_(True)
     head = {k: v.detach().requires_grad_(True) for k, v in head.items()}
-    optimizer = torch.optim.SGD([features], lr=lr)
+    optimizer = optimizers.SGD([features], lr=lr)
     for _ in range(steps if real else 0):
         loss = features.new_zeros(())
         for c, g_real in real.items():
@@ -96,7 +97,7 @@ def retrain_classifier(features: torch.Tensor, per_class: int, head_like: dict[s
     with torch_seeded(int(torch.randint(2**62, (1,), generator=generator))):
         layer = nn.Linear(dim, num_classes, bias=HEAD + "bias" in head_like)
     labels = torch.arange(num_classes).repeat_interleave(per_class)
-    optimizer = torch.optim.SGD(layer.parameters(), lr=lr)
+    optimizer = optimizers.SGD(layer.parameters(), lr=lr)
     for _ in range(epochs):
         for idx in torch.randperm(len(labels), generator=generator).split(batch_size):
             loss = F.cross_entropy(layer(features[idx]), labels[idx])

@@ -64,6 +64,7 @@ from tasks.algorithms.base import (
     weighted_average,
 )
 from tasks.algorithms.moon import two_logit_contrastive
+from tasks.algorithms.optimizers import Optimizer
 from tasks.algorithms.registry import register
 
 PROJECTOR_STREAM = 0xDEB1A5
@@ -163,7 +164,7 @@ def temperature_scales(p: FedDebiasParams) -> tuple[float, float]:
     return p.tau1, p.tau2
 
 
-def max_step(projector: nn.Module, optimizer: torch.optim.Optimizer, z_p: torch.Tensor, z_g: torch.Tensor,
+def max_step(projector: nn.Module, optimizer: Optimizer, z_p: torch.Tensor, z_g: torch.Tensor,
              z_x: torch.Tensor, p: FedDebiasParams, ctx: RoundContext, neg_weight=None) -> None:
     """Alg. 1 line 8: one ascent step on θ for γ·L_con, the features detached (the optimizer holds θ only)."""
     con = debias_contrastive_loss(projector, z_p.detach(), z_g, z_x.detach(), *temperature_scales(p), neg_weight)

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import grad, vmap
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.anchors import (
     anchor_round_metrics,
     feature_anchor_distance,
@@ -89,7 +90,7 @@ def anchor_loss(h: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor,
 
 def classifier_calibration(model: FLModel, anchors: torch.Tensor, lr: float):
     """after_step hook: one Adam step on CE(φ(A), [0..C−1]) over the classifier's weight and bias only."""
-    optimizer = torch.optim.Adam(model.classifier.parameters(), lr=lr)
+    optimizer = optimizers.Adam(model.classifier.parameters(), lr=lr)
     labels = torch.arange(len(anchors), device=anchors.device)
 
     def calibrate(m: FLModel, x, y) -> None:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
@@ -108,7 +109,7 @@ class FedGen(LGFedAvg):
     def train_generator(self, state: State, updates: list[ClientUpdate], round_idx: int) -> State:
         """`server_steps` Adam steps on CE(Σ_k (n_k/n)·head_k(G(ŷ, u)), ŷ) (HtFLlib's `train_generator`)."""
         generator = self.new_generator(state["generator"])
-        optimizer = torch.optim.Adam(generator.parameters(), lr=self.params.generator_lr)
+        optimizer = optimizers.Adam(generator.parameters(), lr=self.params.generator_lr)
         rng = seeded_generator(self.setup.seed, round_idx, SERVER_DRAWS_STREAM)
         for _ in range(self.params.server_steps):
             labels, noise = self.draw(state["label_counts"], rng)

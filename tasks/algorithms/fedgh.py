@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
@@ -53,7 +54,7 @@ def train_head(head: State, protos: torch.Tensor, labels: torch.Tensor, lr: floa
                generator: torch.Generator) -> State:
     """The head after `epochs` shuffled passes of SGD on CE(head(p), y) over the pairs (HtFLlib's `train_head`)."""
     params = {k: v.detach().clone().requires_grad_(True) for k, v in head.items()}
-    optimizer = torch.optim.SGD(list(params.values()), lr=lr)
+    optimizer = optimizers.SGD(list(params.values()), lr=lr)
     for _ in range(epochs):
         order = torch.randperm(len(labels), generator=generator)
         for start in range(0, len(labels), batch_size):

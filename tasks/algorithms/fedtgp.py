@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.algorithms import optimizers
 from tasks.algorithms.base import (
     ClientData,
     ClientUpdate,
@@ -76,7 +77,7 @@ def margin_loss(generated: torch.Tensor, protos: torch.Tensor, labels: torch.Ten
 def train_prototypes(tgp: TrainableGlobalPrototypes, protos: torch.Tensor, labels: torch.Tensor, margin: float,
                      lr: float, epochs: int, batch_size: int, generator: torch.Generator) -> None:
     """`epochs` shuffled passes of plain SGD on `margin_loss` (HtFLlib's `update_TGP`), in place."""
-    optimizer = torch.optim.SGD(tgp.parameters(), lr=lr)
+    optimizer = optimizers.SGD(tgp.parameters(), lr=lr)
     classes = torch.arange(tgp.embeddings.num_embeddings)
     tgp.train()
     for _ in range(epochs):

@@ -34,6 +34,7 @@ from tasks.algorithms.base import (
     searchable,
     state_of,
 )
+from tasks.algorithms.optimizers import Optimizer
 from tasks.algorithms.private_models import PrivateModelParams, PrivateModels
 from tasks.algorithms.registry import register
 from tasks.models import FLModel
@@ -53,7 +54,7 @@ def kl_mean(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
     return F.kl_div(F.log_softmax(logits, dim=1), F.softmax(target_logits, dim=1), reduction="none").mean()
 
 
-def optimizer_at(params, ctx: RoundContext, lr: float) -> torch.optim.Optimizer:
+def optimizer_at(params, ctx: RoundContext, lr: float) -> Optimizer:
     """The run's optimizer (train.optimizer) at learning rate `lr`."""
     return make_optimizer(params, dataclasses.replace(ctx, train=dataclasses.replace(ctx.train, lr=lr,
                                                                                       schedule="constant")))

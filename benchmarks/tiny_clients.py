@@ -32,6 +32,7 @@ SIZES = ("1000/100", "100/10")
 PARTITIONS = {"IID": ["data.partition.kind=iid"],
               "Dirichlet α = 0.1": ["data.partition.kind=dirichlet", "data.partition.alpha=0.1",
                                     "data.partition.min_size=1", "data.partition.repair=true"]}
+PARTITION_NAMES = {"iid": "IID", "dirichlet": "Dirichlet α = 0.1"}  # `mooring bench tiny --partition NAME`
 BARE = "efficient plain loop (fresh process, 1 thread)"
 LIMIT = "vectorised loop, torch.func (fresh process, 1 thread)"
 IN_PROCESS = "Mooring's run_in_process (1 thread, no Ray)"
@@ -105,7 +106,7 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
     from orchestrator.experiment.config import load_config
 
     out: dict = {"rounds": rounds, "repeats": repeats, "cases": {}, "targets": {},
-                 "command": command(sizes, rounds, repeats, actors, engines, mooring_overrides)}
+                 "command": command(sizes, rounds, repeats, actors, engines, mooring_overrides, partitions)}
     with temp_workdir() as tmp, local_ray():
         for size in sizes:
             for partition in partitions:
@@ -132,9 +133,11 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
     return out
 
 
-def command(sizes, rounds, repeats, actors, engines, mooring_overrides=()) -> str:
+def command(sizes, rounds, repeats, actors, engines, mooring_overrides=(), partitions=tuple(PARTITIONS)) -> str:
     parts = ["mooring bench tiny"] + [f"--size {s}" for s in sizes] + [f"--rounds {rounds}", f"--repeats {repeats}"]
     parts += [f"--actors {','.join(map(str, actors))}"] + [f"--engine {e}" for e in engines if e]
+    if set(partitions) != set(PARTITIONS):
+        parts += [f"--partition {name}" for name, label in PARTITION_NAMES.items() if label in partitions]
     return " ".join(parts + [f"--set {o}" for o in mooring_overrides])
 
 

@@ -48,6 +48,9 @@ def configure(parser) -> None:
                              "and 100/10; whole-run and engine take the first; whole-run's default: 100/10; "
                              "engine's: 100/100; scale's: "
                              "1000/100 and 100000/100, the first the baseline)")
+    parser.add_argument("--partition", action="append", default=None, choices=["iid", "dirichlet"],
+                        help="tiny: the client partitions, repeatable (default both: IID, and Dirichlet α = 0.1 label "
+                             "skew)")
     parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); fixed-cost: rounds (default 100); engine: timed rounds per engine after "
                              "a warm-up one (default 2); scale: rounds per run (default 7, at least 4); "
                              "cnn, lstm: rounds (default 24, 16)")
@@ -101,7 +104,8 @@ def measure_options(name: str, args) -> list[dict]:
     given = {"rounds": args.rounds, "repeats": args.repeats, "mooring_overrides": tuple(args.overrides) or None}
     engines = args.engine or [None]
     if name == "tiny":
-        given |= {"sizes": tuple(args.size) if args.size else None, "actors": args.actors, "engines": tuple(engines)}
+        given |= {"sizes": tuple(args.size) if args.size else None, "actors": args.actors, "engines": tuple(engines),
+                  "partitions": tiny_partitions(args.partition)}
         return [{k: v for k, v in given.items() if v is not None}]
     if name == "fixed-cost":
         given |= {"actors": args.actors, "engines": tuple(engines)}
@@ -125,6 +129,15 @@ def measure_options(name: str, args) -> list[dict]:
                  "rounds": args.rounds, "mooring_overrides": given["mooring_overrides"]}
         return [{k: v for k, v in given.items() if v is not None}]
     return [{}]
+
+
+def tiny_partitions(names: list[str] | None) -> tuple[str, ...] | None:
+    """`--partition` names as the tiny benchmark's partition labels, in its order; None: all of them."""
+    if not names:
+        return None
+    from benchmarks.tiny_clients import PARTITION_NAMES
+
+    return tuple(label for name, label in PARTITION_NAMES.items() if name in names)
 
 
 def replace_section(path: Path, name: str, text: str) -> None:

@@ -85,7 +85,8 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     it, a coordinator actor each, rather than in the test's process."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1")
+    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1", "--partition",
+                 "dirichlet")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     found = ratios(out)
@@ -94,9 +95,9 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     # 12 clients of one step: a small round, so resources.clients_on = auto trains them in the coordinator
     assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0
     assert found["Mooring, 1 actor, clients in the coordinator"] > 0
-    assert "12 clients, 4 per round, IID, 2 rounds" in out
     assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out
-    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1`" in out
+    assert "IID" not in out  # the partitions asked for only
+    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1 --partition dirichlet`" in out
     assert list(cwd.iterdir()) == []  # no ./mlruns, partitions or run directories left behind
 
 

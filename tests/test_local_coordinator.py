@@ -187,3 +187,27 @@ def test_a_lost_tracking_process_reports_no_logged_steps(tmp_path, mlflow_store_
     tracker.process.join(timeout=30)
     assert tracker.logged_steps("round") == set()
     tracker.close()
+
+
+def run_as_a_task(cfg):
+    """A run as `compare` and `sweep` run theirs (a Ray task); the task's process id and the run's directory."""
+    from orchestrator.driver.run import run_experiment
+
+    return os.getpid(), run_experiment(cfg, progress=False).run_dir
+
+
+@pytest.mark.ray
+def test_a_run_that_is_a_ray_task_trains_its_clients_in_the_task_s_own_process(ray_session, workdir):
+    """Where its clients train in the coordinator, a run that is a Ray task (a compare job, a sweep trial) keeps its
+    coordinator in the task's process: the process that hosted its clients (actors.json) is the task's, on Ray's
+    node; with client actors asked for, the coordinator is an actor again and the clients are elsewhere."""
+    from orchestrator.experiment.config import load_config
+
+    task = ray_session.remote(num_cpus=0, max_retries=0)(run_as_a_task)
+    for clients_on, in_task in (("coordinator", True), ("actors", False)):
+        cfg = load_config("configs/default.yaml", [*workdir, *SMALL, f"resources.clients_on={clients_on}",
+                                                   "resources.num_actors=1"])
+        pid, run_dir = ray_session.get(task.remote(cfg))
+        [host] = json.loads((Path(run_dir) / "actors.json").read_text())
+        assert (host["pid"] == pid) is in_task and host.get("in_coordinator", False) is in_task, host
+        assert host["node_id"] == ray_session.get_runtime_context().get_node_id()

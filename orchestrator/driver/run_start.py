@@ -19,7 +19,7 @@ from orchestrator.ray_runtime.placement import (
     default_num_actors,
     on_this_node,
 )
-from orchestrator.ray_runtime.ray_start import ensure_ray, ray_session_held
+from orchestrator.ray_runtime.ray_start import ensure_ray, in_a_ray_task, ray_session_held
 from orchestrator.reporting.phases import Phases
 from orchestrator.reporting.results import run_params
 from orchestrator.reporting.tracking import Tracker
@@ -33,8 +33,8 @@ def set_up(ctx: RunContext):
     coordinator is launched as soon as Ray is up, before the data says where the clients train
     (`early_coordinator`): a guess under resources.clients_on = auto, redone once the data is there where it was
     wrong. A run given no Ray cluster whose clients turn out to train in the coordinator starts no Ray at all: its
-    coordinator runs in this process (orchestrator/driver/local_coordinator.py); if they turn out to need client
-    actors, Ray starts then. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
+    coordinator runs in this process (orchestrator/driver/local_coordinator.py), as it does in a run that is a Ray
+    task (`coordinator_in_this_process`); if they turn out to need client actors, Ray starts then. On failure the MLflow run, if one was opened, ends FAILED (KILLED on an interrupt)."""
     cfg, log, phases, snapshot = ctx.cfg, ctx.log, ctx.phases, ctx.snapshot
     data_ready = ctx.request.data
     coordinator = tracking_started = None
@@ -44,7 +44,8 @@ def set_up(ctx: RunContext):
         tracker_opened = background.submit(timed, phases, "start: MLflow store (in the background)", open_tracker, cfg, ctx.request.tracker)
         try:
             guess = early_coordinator(cfg)
-            local = guess is True and may_run_without_ray(ctx.request.address)
+            here = coordinator_in_this_process(ctx.request.address)
+            local = guess is True and here
             if not local:
                 start_ray(ctx)
             if not ctx.resumed:
@@ -67,7 +68,9 @@ def set_up(ctx: RunContext):
                 with phases("start: coordinator relaunched (guessed wrong)"):
                     replace_coordinator(coordinator, coordinator_name(log.run_dir))
                 coordinator = None
-            if coordinator is None:
+            if coordinator is None and clients_here and here:
+                coordinator, local = LocalCoordinator(cfg, log.run_dir), True
+            elif coordinator is None:
                 coordinator = launch_coordinator(ctx, clients_here)
             tags = {"algorithm": cfg.algorithm.name, "dataset": cfg.data.dataset, "partition_hash": data.partition_hash,
                     **(data.partition.tally.as_tags() if data.partition.tally else {}),
@@ -107,6 +110,15 @@ def start_ray(ctx: RunContext) -> None:
     with ctx.phases("start: Ray"):
         ensure_ray(ctx.request.address)
     ctx.stop.install()
+
+
+def coordinator_in_this_process(address: str | None) -> bool:
+    """Whether a run whose clients all train in the coordinator runs its coordinator in this process
+    (orchestrator/driver/local_coordinator.py) rather than in an actor: where it needs no Ray (below), and where
+    this process is a Ray task (a `compare` job, a sweep trial), already a process on the cluster, as many of them
+    at once as their driver's `parallel` says: an actor would be one more process to start, importing torch again
+    (about 3 CPU-seconds), for a run that needs nothing of it."""
+    return may_run_without_ray(address) or in_a_ray_task()
 
 
 def may_run_without_ray(address: str | None) -> bool:

@@ -76,6 +76,15 @@ def ray_session_held() -> bool:
     return "ray" in sys.modules and sys.modules["ray"].is_initialized()
 
 
+def in_a_ray_task() -> bool:
+    """Whether this process is a Ray worker (running a task) rather than a driver."""
+    if not ray_session_held():
+        return False
+    import ray
+
+    return ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
 def ensure_ray(address: str | None = None) -> None:
     import ray
 

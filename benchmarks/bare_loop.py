@@ -19,6 +19,7 @@ data loading and imports excluded; a caller timing the whole process gets those 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 from dataclasses import dataclass
@@ -149,6 +150,7 @@ def rounds_seconds(cfg, vectorized: bool = False) -> float:
     torch.set_num_threads(1)
     workload, model = load_workload(cfg)
     if vectorized:
+        importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's
         from benchmarks.vectorized_loop import train_rounds_vectorized as train
     else:
         train = train_rounds

@@ -16,6 +16,7 @@ evaluated round}:
 """
 from __future__ import annotations
 
+import importlib
 import json
 import time
 
@@ -42,6 +43,7 @@ def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
     torch.set_num_threads(1)
     workload, model = load_model_workload(cfg)
     if vectorized:
+        importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's
         from benchmarks.vectorized_loop import train_rounds_vectorized as train
     else:
         train = train_rounds

@@ -71,8 +71,8 @@ def build_working_model(algorithm, device: str = "cpu") -> None:
 
 def warm_up_round(cfg, data) -> bool:
     """One throwaway round of a Server of its own (sampling, aggregation, the round's metrics; no evaluation) on a
-    host of its own for the round's clients, one local step each: the server's first-use costs, paid while the run
-    starts, where the coordinator trains the clients itself (orchestrator/ray_runtime/coordinator.py). Random states
+    host of its own for the round's clients, one local step each: the server's first-use costs, paid just before
+    round 1, where the coordinator trains the clients itself (orchestrator/ray_runtime/coordinator.py's run_rounds). Random states
     put back as `warm_up` does; whether it ran (a method with a set-up exchange is left out)."""
     if not cfg.resources.warm_up:
         return False

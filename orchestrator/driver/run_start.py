@@ -97,7 +97,8 @@ def set_up(ctx: RunContext):
                 # set_up also writes actors.json: where each client actor runs and what it was given
                 get(coordinator.set_up.remote())
                 # a call of no rounds: the driver's and the coordinator's first run_rounds call (its first-use costs
-                # in Ray's call path) is paid here rather than by round 1 (orchestrator/clients/warm_up.py)
+                # in Ray's call path) is paid here rather than by round 1 (orchestrator/clients/warm_up.py), and the
+                # server's throwaway round where the clients train in the coordinator (Coordinator.run_rounds)
                 get(coordinator.run_rounds.remote(0))
         except BaseException as e:
             abandon_set_up(coordinator, tracking_started, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")

@@ -35,6 +35,7 @@ class Coordinator:
         self.pool: ClientPool | None = None if clients_here else ActorPool(cfg, num_actors, run_dir)
         self.idle_since: float | None = None  # when the last round or checkpoint ended
         self.failure: Exception | None = None  # see run_rounds
+        self.round_to_warm_up = None  # the data of the server's throwaway round, until it runs: see run_rounds
         import torch  # after the client actors are asked for: they start meanwhile
 
         torch.set_num_threads(1)
@@ -49,7 +50,6 @@ class Coordinator:
         """`data_box` = [the data], or on Ray [ObjectRef]: boxed so Ray hands over the reference, which the client
         actors then resolve from the shared object store instead of receiving a copy each."""
         from orchestrator.clients.client_groups import ClientGroups
-        from orchestrator.clients.warm_up import warm_up_round
         from orchestrator.ray_runtime.client_pool import CoordinatorClients
         from orchestrator.server.federation import Server
         from orchestrator.server.sampling import client_costs, sample_clients
@@ -65,7 +65,7 @@ class Coordinator:
         sample_clients(self.cfg.seed, self.server.round, self.server.num_clients, self.cfg.clients_per_round)
         if self.pool is None:
             self.pool = CoordinatorClients(self.cfg, data, self.run_dir, self.server.round, self.server.phases)
-            warm_up_round(self.cfg, data)  # the server's half of round 1's first-use costs, here
+            self.round_to_warm_up = data  # the server's half of round 1's first-use costs: see run_rounds
             return
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
         engine = run_engine(self.cfg, self.server.algorithm)
@@ -88,8 +88,15 @@ class Coordinator:
         round is recorded, so that the calls the driver queued behind it raise it too: it left the server
         half-changed (its round counted, its state perhaps aggregated), and no later round or checkpoint may build
         on that. A round that fails after others of the call ended is raised by the next call (or checkpoint), so
-        that the driver first records those."""
+        that the driver first records those.
+
+        A call of no rounds is the driver's last step before round 1 (orchestrator/driver/run_start.py): where the
+        clients train here, the server's throwaway round (`warm_up_round`) runs then, just before round 1, rather
+        than when the data came: the coordinator then waited idle for MLflow's run to start, and met round 1 cold
+        (benchmarks/README.md, "Fixed cost")."""
         self.raise_failure()
+        if count == 0:
+            self.warm_up_server()
         ended = []
         for i in range(count):
             start = time.perf_counter()
@@ -102,6 +109,14 @@ class Coordinator:
                 break
             ended.append((metrics, time.perf_counter() - start))
         return ended
+
+    def warm_up_server(self) -> None:
+        """The server's throwaway round, once, where the clients train in this process."""
+        from orchestrator.clients.warm_up import warm_up_round
+
+        if self.round_to_warm_up is not None:
+            data, self.round_to_warm_up = self.round_to_warm_up, None
+            warm_up_round(self.cfg, data)
 
     def raise_failure(self) -> None:
         """The failure of a round whose call returned the rounds before it: nothing may follow it (a checkpoint

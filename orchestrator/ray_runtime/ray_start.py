@@ -77,12 +77,14 @@ def ray_session_held() -> bool:
 
 
 def in_a_ray_task() -> bool:
-    """Whether this process is a Ray worker (running a task) rather than a driver."""
+    """Whether this process is a Ray worker (running a task) rather than a driver. The runtime context's worker is
+    not a documented name: a Ray without it reads as a driver (the run then launches a coordinator actor, as before)."""
     if not ray_session_held():
         return False
     import ray
 
-    return ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    worker = getattr(ray.get_runtime_context(), "worker", None)
+    return getattr(worker, "mode", None) == ray.WORKER_MODE
 
 
 def ensure_ray(address: str | None = None) -> None:

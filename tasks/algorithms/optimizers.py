@@ -41,9 +41,12 @@ class FunctionalOptimizer:
                 continue
             if set_to_none:
                 p.grad = None
+                continue
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
             else:
-                p.grad.detach_() if p.grad.grad_fn is not None else p.grad.requires_grad_(False)
-                p.grad.zero_()
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
 
     def with_grad(self) -> list[int]:
         """The positions of the parameters a step updates: those with a gradient."""
@@ -91,7 +94,8 @@ class Adam(FunctionalOptimizer):
     def step(self) -> None:
         live = self.with_grad()
         params = [self.params[i] for i in live]
-        steps, exp_avgs, exp_avg_sqs = (list(m) for m in zip(*(self.moments_of(i) for i in live))) if live else ([], [], [])
+        moments = [self.moments_of(i) for i in live]
+        steps, exp_avgs, exp_avg_sqs = ([m[j] for m in moments] for j in range(3))
         adam(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
              has_complex=any(torch.is_complex(p) for p in params), beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1],
              lr=self.lr, weight_decay=self.weight_decay, eps=ADAM_EPS, maximize=False, capturable=False,

@@ -24,8 +24,7 @@ LATER_ROUND = 10
 def measure(rounds: int = 100, repeats: int = 3, actors: tuple[int, ...] = (2,),
             engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = ()) -> dict:
     m = tiny_clients.measure((SIZE,), rounds, repeats, actors, engines, mooring_overrides, partitions=("IID",))
-    m["command"] = m["command"].replace("mooring bench tiny --size 100/1", "mooring bench fixed-cost").replace(
-        " --partition iid", "")
+    m["command"] = tiny_clients.bench_command("fixed-cost", [], rounds, repeats, actors, engines, mooring_overrides)
     return m
 
 

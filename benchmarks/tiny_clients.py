@@ -134,10 +134,17 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
 
 
 def command(sizes, rounds, repeats, actors, engines, mooring_overrides=(), partitions=tuple(PARTITIONS)) -> str:
-    parts = ["mooring bench tiny"] + [f"--size {s}" for s in sizes] + [f"--rounds {rounds}", f"--repeats {repeats}"]
-    parts += [f"--actors {','.join(map(str, actors))}"] + [f"--engine {e}" for e in engines if e]
-    if set(partitions) != set(PARTITIONS):
-        parts += [f"--partition {name}" for name, label in PARTITION_NAMES.items() if label in partitions]
+    named = [] if set(partitions) == set(PARTITIONS) else [
+        f"--partition {name}" for name, label in PARTITION_NAMES.items() if label in partitions]
+    return bench_command("tiny", [f"--size {s}" for s in sizes], rounds, repeats, actors, engines, mooring_overrides,
+                         named)
+
+
+def bench_command(bench: str, sizes: list[str], rounds, repeats, actors, engines, mooring_overrides=(),
+                  partitions: list[str] = ()) -> str:
+    """`mooring bench BENCH` with the options of a measurement of this module's (tiny, fixed-cost)."""
+    parts = [f"mooring bench {bench}", *sizes, f"--rounds {rounds}", f"--repeats {repeats}"]
+    parts += [f"--actors {','.join(map(str, actors))}"] + [f"--engine {e}" for e in engines if e] + list(partitions)
     return " ".join(parts + [f"--set {o}" for o in mooring_overrides])
 
 

@@ -30,6 +30,8 @@ BENCHES = {
 
 
 def configure(parser) -> None:
+    from benchmarks.tiny_clients import PARTITION_NAMES
+
     parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"],
                         help="tiny (many clients of one or two steps against a plain PyTorch loop), fixed-cost (a "
                              "round of one client of one step: the round's own cost), whole-run (a "
@@ -48,7 +50,7 @@ def configure(parser) -> None:
                              "and 100/10; whole-run and engine take the first; whole-run's default: 100/10; "
                              "engine's: 100/100; scale's: "
                              "1000/100 and 100000/100, the first the baseline)")
-    parser.add_argument("--partition", action="append", default=None, choices=["iid", "dirichlet"],
+    parser.add_argument("--partition", action="append", default=None, choices=list(PARTITION_NAMES),
                         help="tiny: the client partitions, repeatable (default both: IID, and Dirichlet α = 0.1 label "
                              "skew)")
     parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); fixed-cost: rounds (default 100); engine: timed rounds per engine after "

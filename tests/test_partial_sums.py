@@ -31,6 +31,19 @@ def test_a_partial_sum_is_the_hand_computed_weighted_sum_and_strips_the_models()
     assert sorted(summed) == [1, 3] and all(u.tensors == {} and u.metrics == {"train_loss": 1.0} for u in summed.values())
 
 
+def test_a_partial_sum_is_bitwise_the_float64_sum_of_each_model_times_its_sample_count():
+    """Each client's float32 model times its sample count, converted to float64 and added in client order: the
+    sum `sum_updates` takes in place must be this one to the bit (it is what the history depends on)."""
+    gen = torch.Generator().manual_seed(0)
+    counts = {0: 1, 1: 7, 2: 1000, 3: 123_457}
+    clients = {cid: update(cid, n, (torch.randn(4096, generator=gen) * 10.0 ** (cid - 2)).tolist())
+               for cid, n in counts.items()}
+    expected = torch.zeros(4096, dtype=torch.float64)
+    for cid, n in counts.items():
+        expected = expected + clients[cid].tensors["w"].to(torch.float64) * n
+    assert torch.equal(sum_updates(clients)[1][0].sums["w"], expected)
+
+
 def test_folding_partials_in_any_split_gives_the_weighted_mean():
     clients = {0: update(0, 1, [1.0]), 1: update(1, 3, [3.0]), 2: update(2, 4, [0.5])}
     whole = sum_updates(dict(clients))[1]

@@ -37,7 +37,9 @@ def sum_updates(results: dict[int, ClientUpdate],
     for cid in cids:
         update = results[cid]
         for key, acc in sums.items():
-            acc += update.tensors[key].to(torch.float64) * weights[cid]
+            # in float64, without a float64 copy of each tensor: a weight is a sample count (or 1), so its product
+            # with a float32 value is exact, and the sum is rounded once per addition either way
+            acc.add_(update.tensors[key], alpha=weights[cid])
     partial = PartialSum(cids[0], float(sum(weights.values())), sums,
                          {k: v for k, v in first.items() if k not in sums}, sum(nbytes(results[c].tensors) for c in cids))
     return {cid: replace(results[cid], tensors={}) for cid in cids}, [partial]

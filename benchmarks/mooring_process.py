@@ -1,7 +1,7 @@
 """One Mooring run as `mooring run` makes it where no Ray cluster is given, in a fresh process: no Ray session, so a
 run whose clients train in the coordinator runs it in this process (orchestrator/driver/local_coordinator.py),
 tracked from a process of its own (orchestrator/reporting/tracker_process.py). Prints one JSON line:
-{"round_seconds": [...], "run_dir": ...}.
+{"round_seconds": [...], "coordinator_round_seconds": [...], "run_dir": ...}.
 
     python -m benchmarks.mooring_process configs/default.yaml --set data.num_clients=100 ...
 """
@@ -27,7 +27,8 @@ def main() -> None:
     finally:
         if tracker is not None:
             tracker.close()
-    print(json.dumps({"round_seconds": result.round_seconds, "run_dir": result.run_dir}))
+    print(json.dumps({"round_seconds": result.round_seconds,
+                      "coordinator_round_seconds": result.coordinator_round_seconds, "run_dir": result.run_dir}))
 
 
 if __name__ == "__main__":

@@ -73,11 +73,11 @@ def where_clients_trained(run_dir: str) -> str:
     return ", no Ray: clients in the driver's process" if hosts[0].get("without_ray") else ", clients in the coordinator"
 
 
-def mooring_process(config: str, overrides: list[str], cwd: str) -> list[float]:
+def mooring_process(config: str, overrides: list[str], cwd: str) -> tuple[list[float], list[float]]:
     """A run as `mooring run` makes it where no Ray cluster is given (benchmarks/mooring_process.py), in a fresh
-    process: its rounds' seconds."""
+    process: its rounds' seconds as the driver saw them, and on the coordinator's clock."""
     printed, _ = loop_process("benchmarks.mooring_process", config, overrides, cwd, False, "Mooring run without Ray")
-    return printed["round_seconds"]
+    return printed["round_seconds"], printed["coordinator_round_seconds"]
 
 
 def in_process_seconds(cfg) -> float:
@@ -98,6 +98,13 @@ def in_process_seconds(cfg) -> float:
         torch.set_num_threads(threads)
 
 
+def keep_rounds(out: dict, key: tuple, driver: list[float], coordinator: list[float]) -> None:
+    """A run's rounds' seconds, as the driver saw them ("per_round") and on the coordinator's clock
+    ("coordinator_per_round"), kept under `key` for the fixed-cost report's round 1 against round 10."""
+    out.setdefault("per_round", {}).setdefault(key, []).append(driver)
+    out.setdefault("coordinator_per_round", {}).setdefault(key, []).append(coordinator)
+
+
 def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, actors: tuple[int, ...] = (1, 2),
             engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = (),
             partitions: tuple[str, ...] = tuple(PARTITIONS)) -> dict:
@@ -116,17 +123,18 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, 
                     seconds = {BARE: bare_loop_process(DEFAULT_CONFIG, base, tmp)[0],
                                LIMIT: bare_loop_process(DEFAULT_CONFIG, base, tmp, vectorized=True)[0],
                                IN_PROCESS: in_process_seconds(load_config(DEFAULT_CONFIG, base))}
-                    without_ray = mooring_process(DEFAULT_CONFIG, base + list(mooring_overrides), tmp)
+                    without_ray, own = mooring_process(DEFAULT_CONFIG, base + list(mooring_overrides), tmp)
                     seconds[WITHOUT_RAY] = sum(without_ray)
                     out["targets"][(size, WITHOUT_RAY)] = TARGETS.get((size, 0))
-                    out.setdefault("per_round", {}).setdefault((size, partition, WITHOUT_RAY), []).append(without_ray)
+                    keep_rounds(out, (size, partition, WITHOUT_RAY), without_ray, own)
                     for label, n, overrides in mooring_rows(actors, engines):
                         cfg = load_config(DEFAULT_CONFIG, base + overrides + list(mooring_overrides))
                         result = run_experiment(cfg, progress=False)
                         label += where_clients_trained(result.run_dir)
                         out["targets"][(size, label)] = TARGETS.get((size, n))
                         seconds[label] = sum(result.round_seconds)
-                        out.setdefault("per_round", {}).setdefault((size, partition, label), []).append(result.round_seconds)
+                        keep_rounds(out, (size, partition, label), result.round_seconds,
+                                    result.coordinator_round_seconds)
                     for label, s in seconds.items():
                         best[label] = min(best.get(label, s), s)
                 out["cases"][(size, partition)] = best

@@ -42,6 +42,10 @@ def test_a_run_times_its_start_up_rounds_and_end(ray_session, workdir):
     # default, hence update_summed; these rounds are one client group, trained by one of the two actors)
     assert len(phases["update_summed: actor host work"]) == len(phases["update_summed: actor call beyond it"]) >= 3
     assert len(phases["driver: wait for the checkpoint"]) == 2  # after rounds 2 and 3 (the last)
+    # each round's seconds on the coordinator's clock hold that round's phases there
+    assert len(result.coordinator_round_seconds) == len(result.round_seconds) == 3
+    for i, own in enumerate(result.coordinator_round_seconds):
+        assert own >= sum(phases[name][i] for name in ("round: clients' updates", "round: aggregate", "round: evaluate"))
     assert not any(key.startswith(("start:", "round:", "update:", "driver:")) for m in result.history for key in m)
 
 

@@ -109,8 +109,9 @@ def run_rounds(ctx: RunContext, coordinator, tracker: Tracker, record: RoundReco
             queue.observe(sum(in_coordinator) / len(ended))
             checkpoint = queue.next(stopping)
             wall, r0 = time.perf_counter() - r0, time.perf_counter()
-            for i, ((metrics, _), share) in enumerate(zip(ended, shares_of(wall, in_coordinator))):
+            for i, ((metrics, own), share) in enumerate(zip(ended, shares_of(wall, in_coordinator))):
                 record.round_seconds.append(share)
+                record.coordinator_seconds.append(own)
                 history.append(metrics)
                 written = record_round(ctx, tracker, record, metrics_file, bar,
                                        checkpoint if i == len(ended) - 1 else None)

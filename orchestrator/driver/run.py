@@ -100,7 +100,8 @@ def _run_holding(ctx: RunContext) -> RunResult:
     record = RoundRecord(history, backfill_tracking(tracker, ctx.log, len(history)) if ctx.resumed else set())
     status, final_state, interrupted, result = _rounds(ctx, coordinator, tracker, record, lambda: summarize(
         ctx.cfg, record.history, wall_seconds=time.perf_counter() - t0, mlflow_run_id=tracker.run_id,
-        run_dir=ctx.log.run_dir, round_seconds=record.round_seconds, startup_seconds=startup))
+        run_dir=ctx.log.run_dir, round_seconds=record.round_seconds,
+        coordinator_round_seconds=record.coordinator_seconds, startup_seconds=startup))
     if interrupted is not None:
         tracker.end("KILLED")
         raise RunInterrupted(interrupted, ctx.stop.signum)

@@ -61,9 +61,10 @@ class RunContext:
 
 @dataclass
 class RoundRecord:
-    """The rounds so far: their metrics, each one's wall time as the driver saw it, and the rounds MLflow holds
-    already (a resumed run's, not logged again)."""
+    """The rounds so far: their metrics, each one's wall time as the driver saw it and its seconds on the
+    coordinator's own clock, and the rounds MLflow holds already (a resumed run's, not logged again)."""
 
     history: list[dict[str, Any]]
     tracked: set[int]
     round_seconds: list[float] = field(default_factory=list)
+    coordinator_seconds: list[float] = field(default_factory=list)

@@ -22,7 +22,10 @@ class RunResult:
     mlflow_run_id: str | None
     run_dir: str
     history: list[dict[str, Any]] = field(default_factory=list)
-    round_seconds: list[float] = field(default_factory=list)
+    round_seconds: list[float] = field(default_factory=list)  # each round's share of the driver's wall time
+    # each round's seconds in the coordinator, from its start there to its end: the round's own work, without the
+    # calls' trips and what the driver does meanwhile
+    coordinator_round_seconds: list[float] = field(default_factory=list)
     startup_seconds: float = 0.0
     phases: dict[str, list[float]] = field(default_factory=dict)  # seconds per phase (`mooring run --profile`)
     personalized_eval_clients: str | None = None  # whose own models were evaluated: "all", or their ids

@@ -48,23 +48,21 @@ def first_round_report(m: dict) -> str:
         return ""
     rows = []
     for key, runs in m.get("per_round", {}).items():
-        first, later = first_and_later(runs)
-        own = first_and_later(m.get("coordinator_per_round", {}).get(key, []))
-        rows.append([key[2], f"{first:.2f}", f"{later:.2f}", f"{first / later:.2f}", f"≤ {FIRST_ROUND_TARGET:g}",
-                     *(f"{ms:.2f}" for ms in own), f"{own[0] / own[1]:.2f}" if own else ""])
+        coordinator_runs = m.get("coordinator_per_round", {}).get(key)
+        rows.append([key[2], *first_against_later(runs), f"≤ {FIRST_ROUND_TARGET:g}",
+                     *(first_against_later(coordinator_runs) if coordinator_runs else ["", "", ""])])
     header = ["", "round 1, ms", f"round {LATER_ROUND}, ms", "× round 10", "target",
               "coordinator's round 1, ms", f"coordinator's round {LATER_ROUND}, ms", "× round 10"]
     return ("\nRound 1 against round 10, each the fastest of the repeats: as the driver saw them (each round's share "
             "of the driver's wait for its call), and on the coordinator's own clock (each round from its start there "
             "to its end, without the calls' trips and what the driver does meanwhile):\n\n"
-            + markdown_table(header, [row + [""] * (len(header) - len(row)) for row in rows]) + "\n")
+            + markdown_table(header, rows) + "\n")
 
 
-def first_and_later(runs: list[list[float]]) -> tuple[float, ...]:
-    """Round 1's and round LATER_ROUND's milliseconds, each the fastest over `runs` (empty: no runs)."""
-    if not runs:
-        return ()
-    return tuple(1000 * min(run[i] for run in runs) for i in (0, LATER_ROUND - 1))
+def first_against_later(runs: list[list[float]]) -> list[str]:
+    """Round 1's and round LATER_ROUND's milliseconds, each the fastest over `runs`, and their ratio: table cells."""
+    first, later = (1000 * min(run[i] for run in runs) for i in (0, LATER_ROUND - 1))
+    return [f"{first:.2f}", f"{later:.2f}", f"{first / later:.2f}"]
 
 
 if __name__ == "__main__":

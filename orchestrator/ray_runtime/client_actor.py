@@ -11,6 +11,7 @@ import ray
 
 from orchestrator.clients.client_store import ClientStateStore, states_dir
 from orchestrator.io import checkpoint as ckpt
+from orchestrator.process_memory import keep_freed_memory
 from orchestrator.ray_runtime import wire
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class ClientActor:
         import torch
 
         torch.set_num_threads(max(1, threads))
+        keep_freed_memory()
         wire.register()
         self.cfg, self.client_ids, self.run_dir = cfg, client_ids, run_dir
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]

@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.io import checkpoint as ckpt
+from orchestrator.process_memory import keep_freed_memory
 from orchestrator.ray_runtime.client_actor import write_actor_info
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Coordinator:
         import torch  # after the client actors are asked for: they start meanwhile
 
         torch.set_num_threads(1)
+        keep_freed_memory()  # where the clients train here, and for the global model's evaluation
         if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
             import orchestrator.server.federation  # noqa: F401
 

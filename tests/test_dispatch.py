@@ -11,8 +11,15 @@ from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
 from orchestrator.server.federation import Server, in_process_calls
-from orchestrator.server.sampling import client_costs
-from tasks.algorithms import ALGORITHMS
+from orchestrator.server.sampling import (
+    STEP_FIXED_FORWARDS,
+    STEP_SAMPLE_FORWARDS,
+    batch_sizes,
+    client_costs,
+    client_work,
+)
+from tasks.algorithms import ALGORITHMS, TrainSettings
+from tasks.algorithms.base import batch_indices
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
 
@@ -48,6 +55,15 @@ def test_client_costs_count_optimizer_steps(workdir):
     assert client_costs(data, cfg.train) == [3.0 * -(-n // 4) for n in data.train_sizes()]
     steps = load_config("configs/default.yaml", TINY + workdir + ["train.local_steps=7"])
     assert client_costs(data, steps.train) == [7.0] * 4
+
+
+def test_a_clients_work_is_a_fixed_part_and_a_part_per_sample_of_each_step(workdir):
+    cfg = load_config("configs/default.yaml", TINY + workdir + ["train.batch_size=16", "train.local_epochs=2"])
+    data = prepare_data(cfg)
+    for n, work in zip(data.train_sizes(), client_work(data, cfg.train)):
+        # e.g. 35 samples: steps of 16, 16 and 3, twice: 2·(3·5 + 2·35) = 170 forward passes of one sample
+        steps = -(-n // 16)
+        assert work == 2 * (STEP_FIXED_FORWARDS * steps + STEP_SAMPLE_FORWARDS * n)
 
 
 STATELESS = sorted(n for n in ALGORITHMS.names() if not ALGORITHMS.get(n).capabilities().keeps_client_state)
@@ -136,3 +152,11 @@ def test_where_clients_train_follows_the_size_of_a_round(tmp_path):
     assert not placed("resources.clients_on=actors")[0] and placed("train.local_epochs=3", "resources.clients_on=coordinator")[0]
     with pytest.raises(ConfigError, match=r"resources.clients_on = .coordinator.: the coordinator has no GPU"):
         load_config("configs/default.yaml", TINY + ["resources.clients_on=coordinator", "resources.gpus_per_actor=0.5"])
+
+
+@pytest.mark.parametrize("train", [TrainSettings(batch_size=4, local_epochs=2), TrainSettings(batch_size=4, drop_last=True),
+                                   TrainSettings(batch_size=4, local_steps=3)], ids=["epochs", "drop_last", "steps"])
+def test_batch_sizes_are_those_of_the_batches_a_client_draws(train):
+    for n in range(0, 11):
+        drawn = batch_indices(n, train, torch.Generator().manual_seed(0))
+        assert batch_sizes(n, train) == [len(b) for b in drawn], n

@@ -22,7 +22,6 @@ import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from orchestrator.ray_runtime.split_evaluation import (
-    STEP_FORWARDS,
     evaluates_over_client_actors,
     evaluation_fractions,
     evaluation_shares,
@@ -147,7 +146,7 @@ class ActorPool:
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
         """Every actor loaded with `data_box` = [ObjectRef of the FederatedData] and whole blocks of clients
-        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work, to
+        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work in forward passes of one sample (sampling.client_work), to
         balance a round's groups by (None: sticky)."""
         self.data_box, self.server, self.client_groups, self.costs = data_box, server, groups, costs
         self.hosted = groups.hosts(len(self.actors))
@@ -208,9 +207,7 @@ class ActorPool:
         """Each actor asked to count the correct predictions of its share of the test sets, the shares weighed
         against the training `plan` sends it next ({actor: clients}), so that the actors finish together."""
         sizes = self._test_sizes()
-        step = STEP_FORWARDS * self.cfg.train.batch_size
-        queued = [step * sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0
-                  for a in range(len(self.actors))]
+        queued = [sum(self.costs[c] for c in plan.get(a, [])) if self.costs else 0.0 for a in range(len(self.actors))]
         shares = evaluation_shares(sizes, evaluation_fractions(queued, sum(sizes.values())))
         state_ref = ray.put(state)
         return [actor.count_correct.remote(state_ref, share, self.cfg.eval.batch_size)

@@ -54,7 +54,7 @@ class Coordinator:
         from orchestrator.clients.client_groups import ClientGroups
         from orchestrator.ray_runtime.client_pool import CoordinatorClients
         from orchestrator.server.federation import Server
-        from orchestrator.server.sampling import client_costs, sample_clients
+        from orchestrator.server.sampling import client_work, sample_clients
         from tasks.algorithms.engines import run_engine
 
         data = self.data_of(data_box)
@@ -72,7 +72,7 @@ class Coordinator:
         keeps_state = self.server.algorithm.capabilities().keeps_client_state
         engine = run_engine(self.cfg, self.server.algorithm)
         self.pool.start(data_box, self.server, ClientGroups.of_run(self.cfg, data, engine, self.server.algorithm),
-                        None if keeps_state else client_costs(data, self.cfg.train))
+                        None if keeps_state else client_work(data, self.cfg.train))
 
     # ------------------------------------------------------------------ driver-facing
     def set_up(self) -> None:

@@ -20,11 +20,6 @@ def evaluates_over_client_actors(cfg, algorithm, num_actors: int) -> bool:
     return num_actors * res.cpus_per_actor >= cpus and bool(large_model(algorithm))
 
 
-# A training step of b samples costs about this many forward passes of b samples (a backward pass is about two):
-# what weighs an actor's queued training against its share of the evaluation.
-STEP_FORWARDS = 3
-
-
 def evaluation_fractions(training: list[float], samples: int) -> list[float]:
     """Each actor's fraction of an evaluation of `samples` forward passes, queued behind `training` (each actor's
     queued training, in forward passes of one sample): the least loaded actors take it first, up to a common level

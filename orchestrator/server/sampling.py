@@ -23,6 +23,33 @@ def client_costs(data: FederatedData, train) -> list[float]:
     return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
 
 
+# A training step of b samples costs about as much as STEP_FIXED_FORWARDS + STEP_SAMPLE_FORWARDS·b forward passes of
+# one sample: acar_cnn on one core takes 0.8 ms + 0.3 ms a sample a step against 0.17 ms a sample forward, so a
+# client of 3 samples costs a seventh of a client of 48 in steps of 16, not a third (benchmarks/README.md, "Where
+# the model is the cost").
+STEP_FIXED_FORWARDS = 5.0
+STEP_SAMPLE_FORWARDS = 2.0
+
+
+def client_work(data: FederatedData, train) -> list[float]:
+    """Each client's local work in forward passes of one sample: what balances a round's groups and the global
+    evaluation's shares over client actors."""
+    return [sum(STEP_FIXED_FORWARDS + STEP_SAMPLE_FORWARDS * b for b in batch_sizes(n, train))
+            for n in data.train_sizes()]
+
+
+def batch_sizes(num_samples: int, train) -> list[int]:
+    """The sizes of a client's mini-batches in a round, as tasks.algorithms.base.batch_indices draws them."""
+    n, size = num_samples, train.batch_size
+    if n == 0:
+        return []
+    if train.local_steps:
+        return [min(size, n)] * train.local_steps
+    full, rest = divmod(n, size)
+    last = [rest] if rest and not (train.drop_last and n >= size) else []
+    return ([size] * full + last) * train.local_epochs
+
+
 def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
     """The clients of round t: uniform without replacement, from (seed, t) alone."""
     if per_round >= num_clients:

@@ -11,15 +11,8 @@ from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
 from orchestrator.server.federation import Server, in_process_calls
-from orchestrator.server.sampling import (
-    STEP_FIXED_FORWARDS,
-    STEP_SAMPLE_FORWARDS,
-    batch_sizes,
-    client_costs,
-    client_work,
-)
-from tasks.algorithms import ALGORITHMS, TrainSettings
-from tasks.algorithms.base import batch_indices
+from orchestrator.server.sampling import STEP_FIXED_FORWARDS, STEP_SAMPLE_FORWARDS, client_costs, client_work
+from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
 
@@ -152,11 +145,3 @@ def test_where_clients_train_follows_the_size_of_a_round(tmp_path):
     assert not placed("resources.clients_on=actors")[0] and placed("train.local_epochs=3", "resources.clients_on=coordinator")[0]
     with pytest.raises(ConfigError, match=r"resources.clients_on = .coordinator.: the coordinator has no GPU"):
         load_config("configs/default.yaml", TINY + ["resources.clients_on=coordinator", "resources.gpus_per_actor=0.5"])
-
-
-@pytest.mark.parametrize("train", [TrainSettings(batch_size=4, local_epochs=2), TrainSettings(batch_size=4, drop_last=True),
-                                   TrainSettings(batch_size=4, local_steps=3)], ids=["epochs", "drop_last", "steps"])
-def test_batch_sizes_are_those_of_the_batches_a_client_draws(train):
-    for n in range(0, 11):
-        drawn = batch_indices(n, train, torch.Generator().manual_seed(0))
-        assert batch_sizes(n, train) == [len(b) for b in drawn], n

@@ -6,15 +6,17 @@ import pytest
 import torch
 
 from tasks.algorithms.base import TrainSettings, batch_indices
-from tasks.algorithms.local_sgd import effective_steps, local_step_count
+from tasks.algorithms.local_sgd import batch_sizes, effective_steps, local_step_count
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("epochs, steps", [(1, None), (2, None), (1, 3)])
-def test_local_step_count_is_the_number_of_batches_drawn(drop_last, epochs, steps):
+def test_local_step_count_and_batch_sizes_are_those_of_the_batches_drawn(drop_last, epochs, steps):
     train = TrainSettings(batch_size=8, local_epochs=epochs, local_steps=steps, drop_last=drop_last)
     for n in range(0, 30):
-        assert local_step_count(n, train) == len(batch_indices(n, train, torch.Generator().manual_seed(n))), n
+        drawn = batch_indices(n, train, torch.Generator().manual_seed(n))
+        assert local_step_count(n, train) == len(drawn), n
+        assert batch_sizes(n, train) == [len(b) for b in drawn], n
 
 
 @pytest.mark.parametrize("momentum, steps", [(0.0, 3), (0.9, 1), (0.9, 4), (0.5, 7)])

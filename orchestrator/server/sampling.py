@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tasks.algorithms.local_sgd import batch_sizes, local_step_count
 from tasks.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -16,11 +17,9 @@ SAMPLING_STREAM = 0x5A3
 
 
 def client_costs(data: FederatedData, train) -> list[float]:
-    """Each client's local work in optimizer steps (what balancing clients over actors weighs)."""
-    if train.local_steps:
-        return [float(train.local_steps)] * data.num_clients
-    per_epoch = [(n // train.batch_size if train.drop_last else -(-n // train.batch_size)) for n in data.train_sizes()]
-    return [float(max(1, steps) * train.local_epochs) for steps in per_epoch]
+    """Each client's local work in optimizer steps (what the client groups and the simulated clock weigh); a client
+    without training samples counts as one of a sample."""
+    return [float(local_step_count(max(1, n), train)) for n in data.train_sizes()]
 
 
 # A training step of b samples costs about as much as STEP_FIXED_FORWARDS + STEP_SAMPLE_FORWARDS·b forward passes of
@@ -36,18 +35,6 @@ def client_work(data: FederatedData, train) -> list[float]:
     evaluation's shares over client actors."""
     return [sum(STEP_FIXED_FORWARDS + STEP_SAMPLE_FORWARDS * b for b in batch_sizes(n, train))
             for n in data.train_sizes()]
-
-
-def batch_sizes(num_samples: int, train) -> list[int]:
-    """The sizes of a client's mini-batches in a round, as tasks.algorithms.base.batch_indices draws them."""
-    n, size = num_samples, train.batch_size
-    if n == 0:
-        return []
-    if train.local_steps:
-        return [min(size, n)] * train.local_steps
-    full, rest = divmod(n, size)
-    last = [rest] if rest and not (train.drop_last and n >= size) else []
-    return ([size] * full + last) * train.local_epochs
 
 
 def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:

@@ -1,8 +1,9 @@
 """What a client's local SGD does in a round, in numbers: how many optimizer steps it takes, and how much those
 steps weigh once momentum has summed them (FedNova's ‖a‖₁, which SCAFFOLD's option II needs too).
 
-- `local_step_count(n, train)`: the number of mini-batches `base.batch_indices` draws for a client of n training
-  samples (so a method reads its K from `RoundContext.local_steps` rather than drawing the batches again).
+- `batch_sizes(n, train)`: the sizes of the mini-batches `base.batch_indices` draws for a client of n training
+  samples, without drawing them; `local_step_count(n, train)` their number (so a method reads its K from
+  `RoundContext.local_steps` rather than drawing the batches again).
 - `effective_steps(K, β)`: with torch's heavy-ball momentum (b_1 = g_1, b_k = β·b_{k−1} + g_k, w ← w − η·b_k), K
   steps move the weights by w_0 − w_K = η·Σ_j a_j·g_j with a_j = (1 − β^{K−j+1})/(1 − β), so
   ‖a‖₁ = [K − β(1 − β^K)/(1 − β)]/(1 − β) (Wang et al. 2020, FedNova, §4 "momentum"); β = 0 gives K.
@@ -14,15 +15,21 @@ steps weigh once momentum has summed them (FedNova's ‖a‖₁, which SCAFFOLD'
 from __future__ import annotations
 
 
-def local_step_count(num_samples: int, train) -> int:
-    """len(base.batch_indices(num_samples, train, g)) without drawing anything (tested equal)."""
-    if num_samples == 0:
-        return 0
+def batch_sizes(num_samples: int, train) -> list[int]:
+    """[len(b) for b in base.batch_indices(num_samples, train, g)] without drawing anything (tested equal)."""
+    n, size = num_samples, train.batch_size
+    if n == 0:
+        return []
     if train.local_steps is not None:
-        return train.local_steps
-    full, rest = divmod(num_samples, train.batch_size)
-    dropped = train.drop_last and rest and num_samples >= train.batch_size
-    return train.local_epochs * (full + (0 if dropped or not rest else 1))
+        return [min(size, n)] * train.local_steps
+    full, rest = divmod(n, size)
+    dropped = train.drop_last and n >= size
+    return ([size] * full + ([rest] if rest and not dropped else [])) * train.local_epochs
+
+
+def local_step_count(num_samples: int, train) -> int:
+    """len(base.batch_indices(num_samples, train, g)) without drawing anything."""
+    return len(batch_sizes(num_samples, train))
 
 
 def effective_steps(steps: int, momentum: float) -> float:

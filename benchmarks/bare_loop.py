@@ -145,11 +145,17 @@ def load_flat(params: list[nn.Parameter], flat: torch.Tensor) -> None:
         torch._foreach_copy_(params, [chunk.view_as(p) for chunk, p in zip(chunks, params)])
 
 
+def set_up_reference_process() -> None:
+    """One intra-op thread, and the C allocator as Mooring's processes set it, so that the ratios against a
+    reference measure Mooring, not the allocator (orchestrator/process_memory.py)."""
+    torch.set_num_threads(1)
+    keep_freed_memory()
+
+
 def rounds_seconds(cfg, vectorized: bool = False) -> float:
     """Set up outside the clock (data, the sampled clients of every round), then time the rounds alone."""
     check_supported(cfg, vectorized)
-    torch.set_num_threads(1)
-    keep_freed_memory()  # as Mooring's processes: the ratios then measure Mooring, not the allocator
+    set_up_reference_process()
     workload, model = load_workload(cfg)
     if vectorized:
         importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's

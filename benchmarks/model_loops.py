@@ -20,12 +20,17 @@ import importlib
 import json
 import time
 
-import torch
 from torch import nn
 
-from benchmarks.bare_loop import Workload, check_supported, loop_arguments, prepare_workload, train_rounds
+from benchmarks.bare_loop import (
+    Workload,
+    check_supported,
+    loop_arguments,
+    prepare_workload,
+    set_up_reference_process,
+    train_rounds,
+)
 from benchmarks.common import loop_process
-from orchestrator.process_memory import keep_freed_memory
 
 MODELS = ("acar_cnn", "char_rnn")
 
@@ -41,8 +46,7 @@ def load_model_workload(cfg) -> tuple[Workload, nn.Module]:
 def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
     """Set up outside the clock, then each round's end from the first round's start, and the accuracies."""
     check_supported(cfg, vectorized, models=MODELS)
-    torch.set_num_threads(1)
-    keep_freed_memory()  # as Mooring's processes: the ratios then measure Mooring, not the allocator
+    set_up_reference_process()
     workload, model = load_model_workload(cfg)
     if vectorized:
         importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's

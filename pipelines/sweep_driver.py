@@ -90,17 +90,34 @@ class Driver:
         if driver == self.id:
             return None
         if driver is None:
-            started = trial.datetime_start.timestamp() if trial.datetime_start else now
-            return "no driver recorded it" if now - started > DRIVER_GRACE_SECONDS else None
+            return self.unnamed_reason(trial, attrs, now)
+        gone = self.gone_reason(driver, attrs, now)
+        return f"its driver {gone}" if gone else None
+
+    def gone_reason(self, driver: str, attrs: dict[str, Any], now: float) -> str | None:
+        """Why the driver `driver` is taken for gone, or None while it may live."""
         host, pid, _ = driver.rsplit(":", 2)
         if host == socket.gethostname() and not pid_alive(int(pid)):
-            return f"its driver {driver} is gone"
+            return f"{driver} is gone"
         silent = now - float(attrs.get(f"driver:{driver}", 0.0))
-        return f"its driver {driver} was silent for {silent:.0f} s" if silent > DRIVER_GRACE_SECONDS else None
+        return f"{driver} was silent for {silent:.0f} s" if silent > DRIVER_GRACE_SECONDS else None
+
+    def unnamed_reason(self, trial, attrs: dict[str, Any], now: float) -> str | None:
+        """A driver asks for a trial before it writes its id on it, so one killed in between leaves a RUNNING
+        trial with no name. Every driver beats its heartbeat before it asks, so when each other driver of the
+        study is gone, nobody runs the trial; failing that, a name still missing after the grace means the same."""
+        others = [key.removeprefix("driver:") for key in attrs
+                  if key.startswith("driver:") and key != f"driver:{self.id}"]
+        if all(self.gone_reason(other, attrs, now) for other in others):
+            return "its driver was gone before it recorded itself (no other driver of the study lives)"
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        return "no driver recorded it" if now - started > DRIVER_GRACE_SECONDS else None
 
     def recover_stale(self) -> None:
+        # the trials before the heartbeats: a driver that asked for one of them had beaten before it asked
+        running = self.trials(self.states.RUNNING)
         attrs, now = self.study.user_attrs, time.time()
-        for trial in self.trials(self.states.RUNNING):
+        for trial in running:
             reason = self.stale_reason(trial, attrs, now)
             if reason is not None:
                 self.fail_and_retry(trial, f"trial left RUNNING: {reason}; failed and enqueued again")

@@ -250,6 +250,50 @@ def test_a_killed_sweep_resumes_without_losing_finished_trials(ray_session, tmp_
     assert "param_importances.png" in artifacts  # three learning rates, three different values
 
 
+@pytest.mark.parametrize("other, retried", [("local, dead", True), ("local, alive", False),
+                                              ("remote, beating", False), ("remote, silent", True)])
+def test_a_trial_left_with_no_driver_named_is_retried_at_once_only_when_no_other_driver_lives(
+        tmp_path, mlflow_uri, other, retried):
+    """A driver asks for a trial, then writes its id on it: one killed in between leaves a RUNNING trial with no
+    name. The next driver retries it at once when every other driver of the study is gone (a dead process on
+    this host, or another host silent past the grace), and waits out the grace while one may be running it."""
+    import socket
+
+    from pipelines.sweep_driver import DRIVER_GRACE_SECONDS, Driver
+    from pipelines.sweep_file import load_sweep
+    from pipelines.sweep_optuna import distributions, open_storage, open_study
+    from pipelines.trial_store import TrialStore
+
+    sweep = load_sweep(write_sweep(tmp_path, mlflow_uri, "unnamed", n_trials=2, pruner={"name": "none"},
+                                   params={"train.optimizer.lr": {"type": "float", "low": 0.1, "high": 0.3}}))
+    storage = open_storage(sweep.storage_url)
+    study, _ = open_study(sweep, storage)
+    unnamed = study.ask(distributions(sweep))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    with subprocess.Popen(["sleep", "60"]) as running:
+        host, now = socket.gethostname(), time.time()
+        other_id, beat = {"local, dead": (f"{host}:{ended.pid}:a", now), "local, alive": (f"{host}:{running.pid}:b", now),
+                          "remote, beating": ("elsewhere:1:c", now),
+                          "remote, silent": ("elsewhere:1:d", now - DRIVER_GRACE_SECONDS - 5)}[other]
+        study.set_user_attr(f"driver:{other_id}", beat)
+        driver = Driver(sweep, study, TrialStore(storage, sweep.study_name), None, 1, echo=lambda line: None)
+        driver.heartbeat(force=True)
+        driver.recover_stale()
+        running.kill()
+    trials = study.get_trials()
+    assert trials[0].state.name == ("FAIL" if retried else "RUNNING")
+    if retried:
+        assert trials[0].user_attrs["fail_reason"] == ("trial left RUNNING: its driver was gone before it recorded "
+                                                       "itself (no other driver of the study lives); failed and "
+                                                       "enqueued again")
+        assert [(t.state.name, t.user_attrs) for t in trials[1:]] == [("WAITING", {"retry_of": 0})]
+        again = study.ask(distributions(sweep))
+        assert (again.number, again.params) == (1, unnamed.params)
+    else:
+        assert len(trials) == 1 and "fail_reason" not in trials[0].user_attrs
+
+
 def wait_for(storage, study: str, condition, driver: subprocess.Popen, log: Path, timeout: float = 420.0) -> list[str]:
     """Poll the study's storage until its trial states satisfy `condition`."""
     deadline = time.time() + timeout

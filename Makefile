@@ -37,9 +37,13 @@ lock:
 run: install
 	$(VENV)/bin/mooring compare configs/default.yaml --all-algorithms --seeds 0 --out results/default
 
+# Two pytest workers (pytest-xdist), each with its own Ray instance, a test file whole on one of them (its module
+# fixtures made once): on two cores the suite waits on subprocesses and Ray as much as it computes
+# (benchmarks/README.md, "The test suite"). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
 	$(VENV)/bin/ruff check mooring orchestrator tasks pipelines tests benchmarks
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 --numprocesses $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the documentation site, offline, into site/ (git-ignored); its reference pages are generated from the code at
 # build time (orchestrator/docs_site.py). `make test` builds it strictly too (tests/test_docs_site.py).

@@ -1,5 +1,5 @@
-"""Shared fixtures: one local Ray instance for the whole session (it takes 10–15 s to start on 2 cores),
-and a fresh MLflow store and run directory per test."""
+"""Shared fixtures: one local Ray instance for the whole session (it takes 10–15 s to start on 2 cores; under
+`make test`'s pytest-xdist workers, one for each worker), and a fresh MLflow store and run directory per test."""
 from __future__ import annotations
 
 import os

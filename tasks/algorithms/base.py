@@ -44,6 +44,7 @@ from tasks.algorithms.hook_results import checked_loss
 from tasks.algorithms.optimizers import Optimizer
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
+from tasks.models.reuse import prepared
 from tasks.privacy.mechanisms import clip_rows
 from tasks.privacy.settings import StatsDP
 
@@ -166,11 +167,7 @@ class Algorithm:
         model = self._model_cache.get(key)
         if model is None:
             model = self._model_cache[key] = self.new_model()
-        if device is not None:
-            model.to(device)
-        if state is not None:
-            model.load_state_dict(state)
-        return model
+        return prepared(model, state, device)
 
     # ------------------------------------------------------------------ server half
     def init_global(self) -> State:

@@ -29,6 +29,7 @@ from tasks.algorithms.base import (
 from tasks.algorithms.engines import model_refusal
 from tasks.models import MODELS, FLModel
 from tasks.models.family import MODEL_FAMILIES, family_member
+from tasks.models.reuse import prepared
 
 HEAD_PREFIX = "classifier."  # every family member's head is an nn.Linear named `classifier`
 
@@ -84,11 +85,7 @@ class PrivateModels(Algorithm):
         model = self._model_cache.get(key)
         if model is None:
             model = self._model_cache[key] = self.new_model(name=arch, options=self.member_options(arch))
-        if device is not None:
-            model.to(device)
-        if state is not None:
-            model.load_state_dict(state)
-        return model
+        return prepared(model, state, device)
 
     def working_model(self, state=None, key="global", device=None) -> FLModel:
         """An architecture's model where `key` names one (the engines' model_key), else the base's."""

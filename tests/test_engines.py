@@ -324,16 +324,26 @@ def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(
         assert direct[cid].metrics["train_loss"] == pytest.approx(reference[cid].metrics["train_loss"], rel=1e-6)
 
 
-def test_derive_seeds_equals_derive_seed_row_by_row():
+def test_derive_seed_and_derive_seeds_are_numpy_s_seed_sequence_bit_for_bit():
+    """Both work SeedSequence's mixing out themselves (Python integers; arrays for more than a few rows): each
+    must give SeedSequence(parts)'s first uint64 word, halved, for every number of parts and rows."""
     import numpy as np
 
     from tasks.algorithms.base import derive_seed, derive_seeds
 
+    def reference(row) -> int:
+        words = [int(p) & 0xFFFFFFFF for p in row]
+        return int(np.random.SeedSequence(words).generate_state(2, np.uint64)[0] >> 1)
+
     rng = np.random.default_rng(0)
-    for parts in range(1, 7):
-        rows = rng.integers(0, 2**40, size=(50, parts))  # words above 32 bits are masked, as derive_seed masks them
-        rows[0] = 0
-        assert derive_seeds(rows) == [derive_seed(*row) for row in rows.tolist()]
+    for parts in (1, 2, 3, 4, 5, 6, 9, 16):
+        for count in (1, 3, 16, 17, 50):  # one row at a time up to 16 rows, as arrays above
+            rows = rng.integers(-2**40, 2**40, size=(count, parts))  # only the low 32 bits count
+            rows[0] = 0
+            want = [reference(row) for row in rows.tolist()]
+            assert derive_seeds(rows) == want, (parts, count)
+            assert [derive_seed(*row) for row in rows.tolist()] == want
+    assert derive_seed(*range(20)) == reference(range(20))  # more parts than the hash constants cover
     # a trailing 0 changes nothing up to four parts (ClientHost.round_seeds relies on it)
     rows = rng.integers(0, 2**32, size=(20, 3))
     assert derive_seeds(np.column_stack([rows, np.zeros(20, dtype=np.int64)])) == \

@@ -10,8 +10,9 @@ backward, and torch.optim.SGD's step in its functional form (torch.optim.sgd.sgd
 a process imports torch._dynamo, 1.5 CPU-seconds of start-up the loop has no use for); the weighted average is
 kept as one flat tensor. No framework, no Ray, no tracking, no checkpoints, one intra-op thread.
 
-Run as its own process, it prints one JSON line: {"rounds_seconds": ...}, the time of its rounds alone (set-up,
-data loading and imports excluded; a caller timing the whole process gets those too):
+Run as its own process, it prints one JSON line: {"rounds_seconds": ..., "round_seconds": [...]}, the time of its
+rounds alone and of each (set-up, data loading and imports excluded; a caller timing the whole process gets those
+too):
 
     python -m benchmarks.bare_loop configs/default.yaml --set data.num_clients=1000 ...
     python -m benchmarks.bare_loop ... --vectorized      (the limit: benchmarks/vectorized_loop.py)
@@ -152,8 +153,8 @@ def set_up_reference_process() -> None:
     keep_freed_memory()
 
 
-def rounds_seconds(cfg, vectorized: bool = False) -> float:
-    """Set up outside the clock (data, the sampled clients of every round), then time the rounds alone."""
+def round_seconds(cfg, vectorized: bool = False) -> list[float]:
+    """Set up outside the clock (data, the sampled clients of every round), then each round's seconds."""
     check_supported(cfg, vectorized)
     set_up_reference_process()
     workload, model = load_workload(cfg)
@@ -162,9 +163,10 @@ def rounds_seconds(cfg, vectorized: bool = False) -> float:
         from benchmarks.vectorized_loop import train_rounds_vectorized as train
     else:
         train = train_rounds
+    ends: list[float] = []
     start = time.perf_counter()
-    train(model, workload)
-    return time.perf_counter() - start
+    train(model, workload, ends)
+    return [end - before for before, end in zip([start, *ends], ends)]
 
 
 def loop_arguments(prog: str) -> argparse.Namespace:
@@ -180,8 +182,8 @@ def main() -> None:
     from orchestrator.experiment.config import load_config
 
     args = loop_arguments("python -m benchmarks.bare_loop")
-    seconds = rounds_seconds(load_config(args.config, args.overrides), args.vectorized)
-    print(json.dumps({"rounds_seconds": seconds}), flush=True)
+    rounds = round_seconds(load_config(args.config, args.overrides), args.vectorized)
+    print(json.dumps({"rounds_seconds": sum(rounds), "round_seconds": rounds}), flush=True)
 
 
 if __name__ == "__main__":

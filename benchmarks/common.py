@@ -84,6 +84,11 @@ def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: b
     return printed["rounds_seconds"], whole
 
 
+def bare_loop_rounds(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> list[float]:
+    """As `bare_loop_process`: each round's seconds."""
+    return loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop")[0]["round_seconds"]
+
+
 def reproduce(command: str) -> str:
     return f"Reproduce: `{command}`."
 

@@ -25,7 +25,7 @@ from benchmarks.common import (
     store_overrides,
     temp_workdir,
 )
-from benchmarks.tiny_clients import in_process_seconds
+from benchmarks.tiny_clients import in_process_rounds
 
 SETTING = ["data.num_clients=100", "train.clients_per_round=10", "train.rounds=20", "train.local_epochs=20",
            "train.batch_size=4", "algorithm.name=fedavg",
@@ -57,7 +57,7 @@ def measure(repeats: int = 5, engine: str | None = None, mooring_overrides: tupl
         base = SETTING + store_overrides(tmp)
         for _ in range(repeats):
             bare.append(bare_loop_process(DEFAULT_CONFIG, base, tmp)[0])
-            in_process.append(in_process_seconds(load_config(DEFAULT_CONFIG, base)))
+            in_process.append(sum(in_process_rounds(load_config(DEFAULT_CONFIG, base))))
             pair.append(bare_loops_at_once(base, tmp))
             for n, sink in ((1, one), (2, two)):
                 r = run_experiment(load_config(DEFAULT_CONFIG, base + engine_override + [f"resources.num_actors={n}"]),

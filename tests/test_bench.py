@@ -85,7 +85,7 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     it, a coordinator actor each, rather than in the test's process."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "2", "--repeats", "1", "--actors", "1", "--partition",
+    done = bench(cwd, "tiny", "--size", "12/4", "--rounds", "3", "--repeats", "1", "--actors", "1", "--partition",
                  "dirichlet")
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -95,9 +95,14 @@ def test_tiny_client_benchmark_reports_ratios_and_writes_nothing_where_it_runs(t
     # 12 clients of one step: a small round, so resources.clients_on = auto trains them in the coordinator
     assert found["Mooring's run_in_process (1 thread, no Ray)"] > 0
     assert found["Mooring, 1 actor, clients in the coordinator"] > 0
-    assert "12 clients, 4 per round, Dirichlet α = 0.1, 2 rounds" in out
+    assert "12 clients, 4 per round, Dirichlet α = 0.1, 3 rounds" in out
     assert "IID" not in out  # the partitions asked for only
-    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 2 --repeats 1 --actors 1 --partition dirichlet`" in out
+    # after warm-up: round 3 alone, each row against the plain loop's round 3
+    later = dict(re.findall(r"^\| ([^|]+?) \|(?: [^|]* \|){3} [0-9.]+ \| ([0-9.]+) \|", out, flags=re.M))
+    assert float(later["efficient plain loop (fresh process, 1 thread)"]) == 1.0
+    assert float(later["Mooring, 1 actor, clients in the coordinator"]) > 0
+    assert "after warm-up: the mean of rounds 3 to 3." in out
+    assert "Reproduce: `mooring bench tiny --size 12/4 --rounds 3 --repeats 1 --actors 1 --partition dirichlet`" in out
     assert list(cwd.iterdir()) == []  # no ./mlruns, partitions or run directories left behind
 
 
@@ -118,6 +123,22 @@ def test_whole_run_benchmark_times_a_whole_mooring_run_against_the_bare_process(
                     r"the plain loop's process ([0-9.]+)\.", out)
     assert cpu and float(cpu.group(1)) >= float(cpu.group(2)) > 0 and float(cpu.group(3)) > 0
     assert list(cwd.iterdir()) == []
+
+
+def test_tiny_report_sets_a_round_after_warm_up_against_both_loops_and_says_where_there_is_none():
+    from benchmarks.tiny_clients import BARE, LIMIT, after_warm_up, report
+
+    assert after_warm_up([0.5, 0.3, 0.2, 0.4]) == pytest.approx(0.3)  # rounds 3 and 4
+    assert after_warm_up([0.5, 0.3]) is None
+    m = {"rounds": 4, "repeats": 1, "command": "mooring bench tiny",
+         "cases": {("100/10", "IID"): {BARE: 0.10, LIMIT: 0.05, "Mooring, 2 actors": 0.06}},
+         "after_warm_up": {("100/10", "IID"): {BARE: 0.020, LIMIT: 0.010, "Mooring, 2 actors": 0.011}},
+         "targets": {("100/10", "Mooring, 2 actors"): (BARE, 0.6)}}
+    text = report(m)
+    assert "| Mooring, 2 actors | 0.060 | 0.60 | 1.20 | 11.00 | 0.55 | 1.10 | ≤ 0.6 × the plain loop |" in text
+    assert f"| {BARE} | 0.100 | 1.00 | 2.00 | 20.00 | 1.00 | 2.00 |  |" in text
+    m["after_warm_up"][("100/10", "IID")] = {BARE: None, LIMIT: None, "Mooring, 2 actors": None}
+    assert "| Mooring, 2 actors | 0.060 | 0.60 | 1.20 | – | – | – | ≤ 0.6 × the plain loop |" in report(m)
 
 
 def test_fixed_cost_report_takes_the_plain_loop_off_each_row():

@@ -211,3 +211,29 @@ def test_a_run_that_is_a_ray_task_trains_its_clients_in_the_task_s_own_process(r
         [host] = json.loads((Path(run_dir) / "actors.json").read_text())
         assert (host["pid"] == pid) is in_task and host.get("in_coordinator", False) is in_task, host
         assert host["node_id"] == ray_session.get_runtime_context().get_node_id()
+
+
+def test_a_coordinator_in_the_driver_s_process_runs_no_round_beside_the_plotting_import(tmp_path):
+    """matplotlib is imported in a thread while the run starts; a coordinator in this process (no Ray) would
+    otherwise run its first rounds taking turns with that import for the GIL. Each round (the throwaway one
+    included) is watched for the import's thread, on an untracked run, whose start has no MLflow to wait for."""
+    code = f"""
+import threading
+from orchestrator.server import federation
+from orchestrator.driver.run import run_experiment
+from orchestrator.experiment.config import load_config
+real, importing = federation.Server.run_round, []
+def watched(self, *args, **kwargs):
+    importing.append(any(t.name == "mooring-import-matplotlib" and t.is_alive() for t in threading.enumerate()))
+    return real(self, *args, **kwargs)
+federation.Server.run_round = watched
+cfg = load_config("configs/default.yaml", {SMALL + ["tracking.enabled=false", f"checkpoint.dir={tmp_path / 'r'}",
+                                                    f"data.partitions_dir={tmp_path / 'p'}"]!r})
+result = run_experiment(cfg, progress=False)
+print(importing, len(result.phases.get("start: wait for matplotlib", [])))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    importing, waits = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert importing == str([False] * 5) and waits == "1"  # the throwaway round and the 4 rounds

@@ -81,7 +81,7 @@ def set_up(ctx: RunContext):
                 ctx.request.parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
             # matplotlib, for the plot at the end: imported while the coordinator starts, the driver mostly waiting,
             # rather than during the first rounds, where it held the driver's GIL as their results came in
-            import_plotting_meanwhile(log.run_dir)
+            plotting = import_plotting_meanwhile(log.run_dir)
             with phases("start: data into the object store"):
                 data_box = [data] if local else [put_in_object_store(data)]
             # the object store holds it now: this process's copy goes (100,000 clients' images: hundreds of MB)
@@ -93,6 +93,9 @@ def set_up(ctx: RunContext):
             with phases("start: wait for MLflow"):
                 tracker = tracking_started.result()
             log.write("run.json", json.dumps({"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.uri, **tags}))
+            if local and plotting is not None:  # a coordinator in this process would run its rounds beside the
+                with phases("start: wait for matplotlib"):  # import, taking turns with it for the GIL
+                    plotting.join()
             with phases("start: set-up exchange"):
                 # set_up also writes actors.json: where each client actor runs and what it was given
                 get(coordinator.set_up.remote())

@@ -11,11 +11,12 @@ from orchestrator.reporting.results import RunResult
 from orchestrator.reporting.tracking import Tracker
 
 
-def import_plotting_meanwhile(run_dir: str) -> None:
+def import_plotting_meanwhile(run_dir: str) -> threading.Thread | None:
     """Import matplotlib (benchmarks/README.md, "Whole run") in a thread while the run starts (orchestrator/driver/run_start.py),
-    so that the accuracy plot at the end only draws. A failure shows when the plot imports it again."""
+    so that the accuracy plot at the end only draws; the thread (None: nothing to plot). A failure shows when the
+    plot imports it again."""
     if storage.is_remote(run_dir):
-        return
+        return None
     from orchestrator.reporting.plots import import_pyplot
 
     def quietly() -> None:
@@ -23,7 +24,9 @@ def import_plotting_meanwhile(run_dir: str) -> None:
             import_pyplot()
 
     # not a daemon: the interpreter ending a daemon thread inside an extension's C++ init (an early exit) aborts
-    threading.Thread(target=quietly, name="mooring-import-matplotlib").start()
+    thread = threading.Thread(target=quietly, name="mooring-import-matplotlib")
+    thread.start()
+    return thread
 
 
 def finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:

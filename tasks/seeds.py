@@ -13,7 +13,7 @@ def derive_seed(*parts: int) -> int:
     """A 63-bit seed from (run seed, round, client id, ...): the same wherever and whenever it is computed. It is
     numpy's SeedSequence(parts) (each part's low 32 bits) and its first uint64 word, halved (tested equal), worked
     out in Python's integers: a SeedSequence object costs ~25 µs, a tiny round's draw several times over."""
-    words = [int(p) & 0xFFFFFFFF for p in parts]
+    words = [int(p) & _M32 for p in parts]
     if len(words) > MAX_PARTS:
         return int(np.random.SeedSequence(words).generate_state(2, np.uint64)[0] >> 1)
     return mixed(words, 0)
@@ -61,7 +61,7 @@ def derive_seeds(rows: np.ndarray) -> list[int]:
     rows one at a time. Equal to SeedSequence bit for bit (tested)."""
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) <= SMALL_BATCH:
-        return [mixed([w & _M32 for w in row], 0) for row in rows.tolist()]
+        return [derive_seed(*row) for row in rows.tolist()]
     words = (rows & _M32).astype(np.uint64)
     return mixed(list(words.T), np.zeros(len(rows), dtype=np.uint64)).tolist()
 

@@ -3,11 +3,12 @@ to the round's device and loaded with the client's start state before each clien
 
 `nn.Module.to` and `load_state_dict` walk the whole module tree on every call (hooks, prefixes, key checks,
 every tensor re-assigned); on a small model that walk costs more than the copy (benchmarks/README.md, "Fixed
-cost"). Here a model is moved to the CPU only when one of its tensors is elsewhere, and a state is copied straight into
-the model's own tensors, found by one walk and kept, when it has the model's keys in the model's order and
-their shapes. Before each use the kept tensors are checked to still be the model's (a method may assign a new
-parameter); anything else, and every model with load hooks or a loader of its own, takes `load_state_dict`'s path, its errors included.
-The copy is the same `copy_` `load_state_dict` makes, so a loaded model is bitwise the same either way.
+cost"). Here a model is moved to the CPU only when one of its tensors is elsewhere, and a state is copied
+straight into the model's own tensors, found by one walk and kept, when it has the model's keys in the model's
+order and their shapes. Before each use the kept tensors are checked to still be the model's (a method may
+assign a new parameter); anything else, and every model with load hooks, a loader of its own or a module under
+two names, takes `load_state_dict`'s path, its errors included. The copy is the same `copy_` `load_state_dict`
+makes, so a loaded model is bitwise the same either way.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class Layout:
     slots: list[Slot]
     state_keys: list[str]
     state_tensors: list[torch.Tensor]
-    loadable: bool  # no module has load_state_dict hooks
+    loadable: bool  # every module loads as Module does (plain_loader), and none is reached twice
 
     def current(self) -> bool:
         return all(slot.current() for slot in self.slots)
@@ -76,7 +77,7 @@ def load(model: nn.Module, state: State) -> None:
     """`model.load_state_dict(state)`, copying straight into the model's tensors where the state matches them
     (walked again once where it does not: the model may have gained a tensor since)."""
     layout = layout_of(model)
-    if not matches(layout, state):
+    if layout.loadable and not matches(layout, state):  # a tensor gained since the walk? (a hooked model: no walk helps)
         layout = _layouts[model] = walk(model)
     if not matches(layout, state):
         model.load_state_dict(state)

@@ -325,8 +325,9 @@ def test_a_partial_sum_taken_from_the_stacked_models_equals_summing_the_updates(
 
 
 def test_derive_seed_and_derive_seeds_are_numpy_s_seed_sequence_bit_for_bit():
-    """Both work SeedSequence's mixing out themselves (Python integers; arrays for more than a few rows): each
-    must give SeedSequence(parts)'s first uint64 word, halved, for every number of parts and rows."""
+    """Both work SeedSequence's mixing out themselves (Python integers; rows side by side as lanes of one integer,
+    or as arrays beyond PACKED_ROWS rows): each must give SeedSequence(parts)'s first uint64 word, halved, for
+    every number of parts and rows, words near 2**32 included (where a lane's products are largest)."""
     import numpy as np
 
     from tasks.algorithms.base import derive_seed, derive_seeds
@@ -337,9 +338,9 @@ def test_derive_seed_and_derive_seeds_are_numpy_s_seed_sequence_bit_for_bit():
 
     rng = np.random.default_rng(0)
     for parts in (1, 2, 3, 4, 5, 6, 9, 16):
-        for count in (1, 3, 16, 17, 50):  # one row at a time up to 16 rows, as arrays above
+        for count in (1, 3, 17, 64, 65, 200):  # lanes up to 64 rows, arrays above
             rows = rng.integers(-2**40, 2**40, size=(count, parts))  # only the low 32 bits count
-            rows[0] = 0
+            rows[0], rows[-1] = 0, 2**32 - 1
             want = [reference(row) for row in rows.tolist()]
             assert derive_seeds(rows) == want, (parts, count)
             assert [derive_seed(*row) for row in rows.tolist()] == want

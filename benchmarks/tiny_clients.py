@@ -1,7 +1,7 @@
 """Tiny clients: many clients with one or two optimizer steps each, where a round's fixed costs show.
 
 Digits, the digits MLP 64-128-64-10, FedAvg, 1 local epoch of batch 16, plain SGD (lr 0.05, no momentum, no
-weight decay), 20 rounds, the global model evaluated after the last. Two sizes, 1,000 clients with 100 per
+weight decay), 120 rounds, the global model evaluated after the last. Two sizes, 1,000 clients with 100 per
 round (one or two samples each) and 100 clients with 10 per round, each split two ways: IID, and Dirichlet
 α = 0.1 label skew with undersized clients topped up (`data.partition.repair`), where client sizes differ by two
 orders of magnitude and a vectorised engine pays for padding and masked steps. Every row is set against two
@@ -36,6 +36,9 @@ PARTITIONS = {"IID": ["data.partition.kind=iid"],
                                     "data.partition.min_size=1", "data.partition.repair=true"]}
 PARTITION_NAMES = {"iid": "IID", "dirichlet": "Dirichlet α = 0.1"}  # `mooring bench tiny --partition NAME`
 WARMUP = 2  # rounds left out of "a round after warm-up"
+# as many as issue 41's own harness ran (a round: 120 rounds' time less 20's); the 18 rounds after warm-up of a run of
+# 20 (the default until session 11 of issue 41) read up to 0.3× apart from run to run (benchmarks/README.md)
+ROUNDS = 120
 BARE = "efficient plain loop (fresh process, 1 thread)"
 LIMIT = "vectorised loop, torch.func (fresh process, 1 thread)"
 IN_PROCESS = "Mooring's run_in_process (1 thread, no Ray)"
@@ -114,7 +117,7 @@ def keep_rounds(out: dict, key: tuple, driver: list[float], coordinator: list[fl
     out.setdefault("coordinator_per_round", {}).setdefault(key, []).append(coordinator)
 
 
-def measure(sizes: tuple[str, ...] = SIZES, rounds: int = 20, repeats: int = 3, actors: tuple[int, ...] = (1, 2),
+def measure(sizes: tuple[str, ...] = SIZES, rounds: int = ROUNDS, repeats: int = 3, actors: tuple[int, ...] = (1, 2),
             engines: tuple[str | None, ...] = (None,), mooring_overrides: tuple[str, ...] = (),
             partitions: tuple[str, ...] = tuple(PARTITIONS)) -> dict:
     """`mooring_overrides` apply to the Mooring rows only (resources.partial_sums=true, for example)."""

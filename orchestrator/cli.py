@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name → (module, one-line help)
@@ -64,14 +65,30 @@ def known_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `mooring` command. `argv` None: this process's own command line, and the process then ends as soon as
+    the command has; where the command started a local Ray instance (`sweep`, `compare`, ... given no cluster), that
+    instance is ended at once rather than shut down in order (`exit_without_ray_shutdown`, as `mooring run` ends)."""
+    own_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser, modules = build_parser(command_named(argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return USAGE_ERROR
+    starts_its_own_ray = own_process and not (getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
+    code = run_command(modules[args.command], args)
+    if starts_its_own_ray and "ray" in sys.modules:
+        from orchestrator.ray_runtime.ray_start import exit_without_ray_shutdown, ray_session_held
+
+        if ray_session_held():
+            exit_without_ray_shutdown(code)
+    return code
+
+
+def run_command(module, args) -> int:
+    """The command's exit code; a known error is one line on stderr."""
     try:
-        return int(modules[args.command].main(args) or 0)
+        return int(module.main(args) or 0)
     except OSError as e:  # the environment: a disk full, a directory that vanished, a permission
         print(f"error: {io_problem(e)}", file=sys.stderr)
         return RUN_ERROR

@@ -125,3 +125,38 @@ def test_a_coordinator_launched_on_a_wrong_guess_is_replaced(ray_session, workdi
     hosts = json.loads((Path(result.run_dir) / "actors.json").read_text())
     assert len(hosts) == 2 and not any(host.get("in_coordinator") for host in hosts)
     assert len(result.history) == 2
+
+
+def test_mooring_sweep_ends_the_ray_instance_it_started_with_it(tmp_path):
+    """A sweep given no cluster starts a local Ray instance, and its process ends it at once when done
+    (orchestrator/cli.py, `exit_without_ray_shutdown`) rather than shutting it down in order, which left the
+    instance's agents to notice their raylet's end by themselves: 5 s after the sweep exits, no process of its
+    instance is left (its Ray processes carry its own TMPDIR)."""
+    import os
+    import shutil
+    import tempfile
+    import time
+
+    import yaml
+
+    from tests.own_ray_run import ray_processes_of
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "base": str(Path("configs/default.yaml").absolute()), "n_trials": 1, "sampler": {"name": "random", "seed": 0},
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "overrides": {"data.num_clients": 4, "train.clients_per_round": 2, "train.rounds": 1, "train.local_epochs": 1,
+                      "checkpoint.dir": str(tmp_path / "runs"), "data.partitions_dir": str(tmp_path / "parts"),
+                      "tracking.uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        "params": {"train.optimizer.lr": {"type": "float", "low": 0.05, "high": 0.5}}}))
+    ray_tmp = tempfile.mkdtemp(prefix="mx-")  # short: Ray's socket paths under it must fit in 107 bytes
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TMPDIR": ray_tmp}
+    done = subprocess.run([str(Path(sys.executable).parent / "mooring"), "sweep", str(sweep)], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "best trial 0 on the test set" in done.stdout
+    deadline = time.monotonic() + 5
+    while ray_processes_of(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray_processes_of(ray_tmp) == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)

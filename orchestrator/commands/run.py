@@ -48,7 +48,7 @@ def print_summary(result, tracking_uri: str | None) -> None:
 
 def main(args) -> int:
     from orchestrator.driver.run import run_experiment
-    from orchestrator.driver.run_start import may_run_without_ray
+    from orchestrator.ray_runtime.ray_start import exit_without_ray_shutdown, may_run_without_ray
     from orchestrator.reporting.tracking import resolve_uri
 
     check_resume_args(args)
@@ -160,24 +160,6 @@ def _checked_data(validated, seconds: list[float]):
         return prepare_data(cfg)
     finally:
         seconds.append(time.perf_counter() - start)
-
-
-def exit_without_ray_shutdown() -> None:
-    """End this process now, the result written, instead of waiting for Ray's orderly shutdown of the local
-    instance this process started (it stops each of Ray's processes in turn, giving each up to a second).
-    Ray starts that instance's processes fate-shared with this one (on Linux the kernel kills them when this
-    process exits, elsewhere Ray's reaper process does), and its workers exit when their raylet does; its
-    dashboard and runtime-env agents are not, and are killed here (`end_local_instance`)."""
-    import os
-    import sys
-
-    from orchestrator.ray_runtime.ray_start import end_local_instance
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if ray_session_held():
-        end_local_instance(orderly=False)
-    os._exit(0)
 
 
 def seconds_since_launch() -> float:

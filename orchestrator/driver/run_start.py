@@ -19,7 +19,11 @@ from orchestrator.ray_runtime.placement import (
     default_num_actors,
     on_this_node,
 )
-from orchestrator.ray_runtime.ray_start import ensure_ray, in_a_ray_task, ray_session_held
+from orchestrator.ray_runtime.ray_start import (
+    ensure_ray,
+    in_a_ray_task,
+    may_run_without_ray,
+)
 from orchestrator.reporting.phases import Phases
 from orchestrator.reporting.results import run_params
 from orchestrator.reporting.tracking import Tracker
@@ -123,14 +127,6 @@ def coordinator_in_this_process(address: str | None) -> bool:
     at once as their driver's `parallel` says: an actor would be one more process to start, importing torch again
     (about 3 CPU-seconds), for a run that needs nothing of it."""
     return may_run_without_ray(address) or in_a_ray_task()
-
-
-def may_run_without_ray(address: str | None) -> bool:
-    """Whether the run was given no Ray cluster (no address, no RAY_ADDRESS) and this process holds no Ray
-    session: then a run whose clients all train in the coordinator needs no Ray."""
-    import os
-
-    return not (address or os.environ.get("RAY_ADDRESS") or ray_session_held())
 
 
 def put_in_object_store(data):

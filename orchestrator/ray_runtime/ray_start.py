@@ -117,3 +117,26 @@ def end_local_instance(orderly: bool) -> None:
     for process in descendants:
         with suppress(psutil.Error):  # ended already
             process.kill()
+
+
+def may_run_without_ray(address: str | None) -> bool:
+    """Whether a command was given no Ray cluster (no address, no RAY_ADDRESS) and this process holds no Ray
+    session: any Ray it then uses is a local instance it starts itself (and a run whose clients all train in the
+    coordinator needs none)."""
+    return not (address or os.environ.get("RAY_ADDRESS") or ray_session_held())
+
+
+def exit_without_ray_shutdown(code: int = 0) -> None:
+    """End this process now with `code`, its output written, instead of waiting for Ray's orderly shutdown of the
+    local instance this process started (it stops each of Ray's processes in turn, giving each up to a second:
+    3.9 s after a two-trial `mooring sweep` returned, benchmarks/README.md, "The test suite"). Ray starts that
+    instance's processes fate-shared with this one (on Linux the kernel kills them when this process exits,
+    elsewhere Ray's reaper process does), and its workers exit when their raylet does; its dashboard and
+    runtime-env agents are not, and are killed here (`end_local_instance`)."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if ray_session_held():
+        end_local_instance(orderly=False)
+    os._exit(code)

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return USAGE_ERROR
+    # may_run_without_ray's test, without importing Ray's helpers before every command (no session is held yet)
     starts_its_own_ray = own_process and not (getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
     code = run_command(modules[args.command], args)
     if starts_its_own_ray and "ray" in sys.modules:

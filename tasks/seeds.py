@@ -92,8 +92,8 @@ def mixed(words: list, one):
     constants = iter(_HASH_A)
     mask = _M32 * one
 
-    def hashmix(value):
-        xor, mult = next(constants)
+    def hashmix(value, pairs=constants):  # the next pair of `pairs` hashes `value`
+        xor, mult = next(pairs)
         value = ((value ^ xor * one) * mult) & mask
         return value ^ (value >> 16 & mask)
 
@@ -109,8 +109,7 @@ def mixed(words: list, one):
     for src in range(_POOL, len(words)):
         for dst in range(_POOL):
             pool[dst] = mix(pool[dst], hashmix(words[src]))
-    state = []
-    for word, (xor, mult) in zip(pool[:2], _HASH_B):  # generate_state(2, uint64): the first two uint32 words
-        value = ((word ^ xor * one) * mult) & mask
-        state.append(value ^ (value >> 16 & mask))
-    return ((state[1] << 32) | state[0]) >> 1
+    # generate_state(2, uint64): the first two uint32 words
+    state_pairs = iter(_HASH_B)
+    low, high = (hashmix(word, state_pairs) for word in pool[:2])
+    return ((high << 32) | low) >> 1

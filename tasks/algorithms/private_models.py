@@ -29,7 +29,6 @@ from tasks.algorithms.base import (
 from tasks.algorithms.engines import model_refusal
 from tasks.models import MODELS, FLModel
 from tasks.models.family import MODEL_FAMILIES, family_member
-from tasks.models.reuse import prepared
 
 HEAD_PREFIX = "classifier."  # every family member's head is an nn.Linear named `classifier`
 
@@ -81,11 +80,8 @@ class PrivateModels(Algorithm):
     def private_model(self, arch: str, state=None, device=None, key=None) -> FLModel:
         """The per-process working model of one architecture (under `key`, another instance of it: FML's shared
         model beside a private one of the same architecture), loaded with a client's state dict."""
-        key = arch if key is None else key
-        model = self._model_cache.get(key)
-        if model is None:
-            model = self._model_cache[key] = self.new_model(name=arch, options=self.member_options(arch))
-        return prepared(model, state, device)
+        return self.cached_model(arch if key is None else key,
+                                 lambda: self.new_model(name=arch, options=self.member_options(arch)), state, device)
 
     def working_model(self, state=None, key="global", device=None) -> FLModel:
         """An architecture's model where `key` names one (the engines' model_key), else the base's."""

@@ -164,9 +164,9 @@ class Algorithm:
 
     def working_model(self, state: State | None = None, key: Any = "global", device=None) -> FLModel:
         """A per-process model instance reused across clients, loaded with `state` (avoids rebuilding)."""
-        return self.cached_model(key, self.new_model, state, device)
+        return self._cached_model(key, self.new_model, state, device)
 
-    def cached_model(self, key: Any, build: Callable[[], FLModel], state: State | None = None,
+    def _cached_model(self, key: Any, build: Callable[[], FLModel], state: State | None = None,
                      device=None) -> FLModel:
         """The per-process model kept under `key` (made by `build` the first time), on `device` and loaded with
         `state` (tasks/models/reuse.py)."""

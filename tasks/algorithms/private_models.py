@@ -80,7 +80,7 @@ class PrivateModels(Algorithm):
     def private_model(self, arch: str, state=None, device=None, key=None) -> FLModel:
         """The per-process working model of one architecture (under `key`, another instance of it: FML's shared
         model beside a private one of the same architecture), loaded with a client's state dict."""
-        return self.cached_model(arch if key is None else key,
+        return self._cached_model(arch if key is None else key,
                                  lambda: self.new_model(name=arch, options=self.member_options(arch)), state, device)
 
     def working_model(self, state=None, key="global", device=None) -> FLModel:

@@ -16,10 +16,13 @@ too):
 
     python -m benchmarks.bare_loop configs/default.yaml --set data.num_clients=1000 ...
     python -m benchmarks.bare_loop ... --vectorized      (the limit: benchmarks/vectorized_loop.py)
+    python -m benchmarks.bare_loop ... --warm-up         (one throwaway round first, as Mooring's start-up runs)
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import importlib
 import json
 import time
@@ -153,8 +156,10 @@ def set_up_reference_process() -> None:
     keep_freed_memory()
 
 
-def round_seconds(cfg, vectorized: bool = False) -> list[float]:
-    """Set up outside the clock (data, the sampled clients of every round), then each round's seconds."""
+def round_seconds(cfg, vectorized: bool = False, warm_up: bool = False) -> list[float]:
+    """Set up outside the clock (data, the sampled clients of every round), then each round's seconds. `warm_up`:
+    first one throwaway round (round 1's clients, not evaluated) on a copy of the model, as Mooring's start-up runs
+    one (orchestrator/clients/warm_up.py), so that the rounds timed pay no first use either."""
     check_supported(cfg, vectorized)
     set_up_reference_process()
     workload, model = load_workload(cfg)
@@ -163,6 +168,8 @@ def round_seconds(cfg, vectorized: bool = False) -> list[float]:
         from benchmarks.vectorized_loop import train_rounds_vectorized as train
     else:
         train = train_rounds
+    if warm_up:
+        train(copy.deepcopy(model), dataclasses.replace(workload, per_round=workload.per_round[:1], eval_every=0))
     ends: list[float] = []
     start = time.perf_counter()
     train(model, workload, ends)
@@ -171,18 +178,25 @@ def round_seconds(cfg, vectorized: bool = False) -> list[float]:
 
 def loop_arguments(prog: str) -> argparse.Namespace:
     """A reference loop's command line: CONFIG, --set KEY=VALUE ..., --vectorized."""
+    return loop_parser(prog).parse_args()
+
+
+def loop_parser(prog: str) -> argparse.ArgumentParser:
+    """The parser of `loop_arguments`, for a loop that takes more options."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("config")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--vectorized", action="store_true", help="the vectorised loop (benchmarks/vectorized_loop.py)")
-    return parser.parse_args()
+    return parser
 
 
 def main() -> None:
     from orchestrator.experiment.config import load_config
 
-    args = loop_arguments("python -m benchmarks.bare_loop")
-    rounds = round_seconds(load_config(args.config, args.overrides), args.vectorized)
+    parser = loop_parser("python -m benchmarks.bare_loop")
+    parser.add_argument("--warm-up", action="store_true", help="one throwaway round before the timed ones")
+    args = parser.parse_args()
+    rounds = round_seconds(load_config(args.config, args.overrides), args.vectorized, args.warm_up)
     print(json.dumps({"rounds_seconds": sum(rounds), "round_seconds": rounds}), flush=True)
 
 

@@ -63,11 +63,12 @@ def child_env() -> dict[str, str]:
 
 
 def loop_process(module: str, config: str, overrides: list[str], cwd: str, vectorized: bool,
-                 name: str) -> tuple[dict, float]:
-    """`python -m <module> CONFIG --set ... [--vectorized]` in a fresh process: (the JSON its last line printed,
-    the whole process's seconds); a RuntimeError naming the loop (`name`) and its last error line if it fails."""
+                 name: str, options: tuple[str, ...] = ()) -> tuple[dict, float]:
+    """`python -m <module> CONFIG --set ... [--vectorized] [options]` in a fresh process: (the JSON its last line
+    printed, the whole process's seconds); a RuntimeError naming the loop (`name`) and its last error line if it
+    fails."""
     cmd = [sys.executable, "-m", module, config, *(f"--set={o}" for o in overrides),
-           *(["--vectorized"] if vectorized else [])]
+           *(["--vectorized"] if vectorized else []), *options]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
     whole = time.perf_counter() - start
@@ -85,8 +86,9 @@ def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: b
 
 
 def bare_loop_rounds(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> list[float]:
-    """As `bare_loop_process`: each round's seconds."""
-    return loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop")[0]["round_seconds"]
+    """As `bare_loop_process`: each round's seconds, after one throwaway round (as Mooring's start-up runs one)."""
+    printed, _ = loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop", ("--warm-up",))
+    return printed["round_seconds"]
 
 
 def reproduce(command: str) -> str:

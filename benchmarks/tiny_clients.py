@@ -110,11 +110,13 @@ def after_warm_up(rounds: list[float]) -> float | None:
     return sum(later) / len(later) if later else None
 
 
-def keep_rounds(out: dict, key: tuple, driver: list[float], coordinator: list[float]) -> None:
+def keep_rounds(out: dict, key: tuple, driver: list[float], coordinator: list[float] | None) -> None:
     """A run's rounds' seconds, as the driver saw them ("per_round") and on the coordinator's clock
-    ("coordinator_per_round"), kept under `key` for the fixed-cost report's round 1 against round 10."""
+    ("coordinator_per_round"; None: a plain loop, which has no coordinator), kept under `key` for the fixed-cost
+    report's round 1 against round 10."""
     out.setdefault("per_round", {}).setdefault(key, []).append(driver)
-    out.setdefault("coordinator_per_round", {}).setdefault(key, []).append(coordinator)
+    if coordinator is not None:
+        out.setdefault("coordinator_per_round", {}).setdefault(key, []).append(coordinator)
 
 
 def measure(sizes: tuple[str, ...] = SIZES, rounds: int = ROUNDS, repeats: int = 3, actors: tuple[int, ...] = (1, 2),
@@ -136,6 +138,7 @@ def measure(sizes: tuple[str, ...] = SIZES, rounds: int = ROUNDS, repeats: int =
                     rounds_of = {BARE: bare_loop_rounds(DEFAULT_CONFIG, base, tmp),
                                  LIMIT: bare_loop_rounds(DEFAULT_CONFIG, base, tmp, vectorized=True),
                                  IN_PROCESS: in_process_rounds(load_config(DEFAULT_CONFIG, base))}
+                    keep_rounds(out, (size, partition, BARE), rounds_of[BARE], None)
                     without_ray, own = mooring_process(DEFAULT_CONFIG, base + list(mooring_overrides), tmp)
                     rounds_of[WITHOUT_RAY] = without_ray
                     out["targets"][(size, WITHOUT_RAY)] = TARGETS.get((size, 0))

@@ -53,9 +53,10 @@ def configure(parser) -> None:
     parser.add_argument("--partition", action="append", default=None, choices=list(PARTITION_NAMES),
                         help="tiny: the client partitions, repeatable (default both: IID, and Dirichlet α = 0.1 label "
                              "skew)")
-    parser.add_argument("--rounds", type=positive_int, default=None, help="tiny, whole-run: rounds (default 20); fixed-cost: rounds (default 100); engine: timed rounds per engine after "
-                             "a warm-up one (default 2); scale: rounds per run (default 7, at least 4); "
-                             "cnn, lstm: rounds (default 24, 16)")
+    parser.add_argument("--rounds", type=positive_int, default=None,
+                        help="tiny: rounds (default 120); whole-run: rounds (default 20); fixed-cost: rounds (default "
+                             "100); engine: timed rounds per engine after a warm-up one (default 2); scale: rounds per "
+                             "run (default 7, at least 4); cnn, lstm: rounds (default 24, 16)")
     parser.add_argument("--samples", type=positive_int, default=None,
                         help="engine: samples per client (default 200)")
     parser.add_argument("--repeats", type=positive_int, default=None, help="runs of each row, the fastest counting")

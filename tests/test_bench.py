@@ -165,6 +165,8 @@ def test_fixed_cost_report_sets_round_1_against_round_10_each_the_fastest_of_the
     m["coordinator_per_round"] = {("100/1", "IID", "Mooring, 2 actors"): [own, [0.0015] + own[1:]]}
     assert "| Mooring, 2 actors | 3.00 | 1.00 | 3.00 | ≤ 1.5 | 1.10 | 0.70 | 1.57 |" in report(m)
     assert "round 1, ms" not in report(m | {"rounds": 9})
+    m["per_round"][("100/1", "IID", BARE)] = [[0.0006] + [0.0005] * 8 + [0.0004] + [0.0005] * 2]
+    assert f"| {BARE} | 0.60 | 0.40 | 1.50 |  |  |  |  |" in report(m)  # no target, no coordinator
 
 
 def test_bench_refuses_a_malformed_size_in_one_line(tmp_path):

@@ -26,6 +26,7 @@ import dataclasses
 import importlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,23 +158,36 @@ def set_up_reference_process() -> None:
 
 
 def round_seconds(cfg, vectorized: bool = False, warm_up: bool = False) -> list[float]:
-    """Set up outside the clock (data, the sampled clients of every round), then each round's seconds. `warm_up`:
-    first one throwaway round (round 1's clients, not evaluated) on a copy of the model, as Mooring's start-up runs
-    one (orchestrator/clients/warm_up.py), so that the rounds timed pay no first use either."""
+    """Set up outside the clock (data, the sampled clients of every round), then each round's seconds (after a
+    throwaway round where `warm_up`: `throwaway_round`)."""
     check_supported(cfg, vectorized)
     set_up_reference_process()
     workload, model = load_workload(cfg)
-    if vectorized:
-        importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's
-        from benchmarks.vectorized_loop import train_rounds_vectorized as train
-    else:
-        train = train_rounds
+    train = reference_loop(vectorized)
     if warm_up:
-        train(copy.deepcopy(model), dataclasses.replace(workload, per_round=workload.per_round[:1], eval_every=0))
+        throwaway_round(train, model, workload)
     ends: list[float] = []
     start = time.perf_counter()
     train(model, workload, ends)
     return [end - before for before, end in zip([start, *ends], ends)]
+
+
+def reference_loop(vectorized: bool) -> Callable[..., list[float]]:
+    """The plain loop's `train_rounds`, or the vectorised loop's, its imports done (not a round's cost)."""
+    if not vectorized:
+        return train_rounds
+    importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds)
+    from benchmarks.vectorized_loop import train_rounds_vectorized
+
+    return train_rounds_vectorized
+
+
+def throwaway_round(train: Callable[..., list[float]], model: nn.Module, workload: Workload) -> None:
+    """Round 1's clients trained once, not evaluated, on a copy of `model`, as Mooring's start-up runs a throwaway
+    update (orchestrator/clients/warm_up.py): the rounds timed after it pay no first use (the first backward, the
+    allocator's first blocks, torch.func's first trace) either."""
+    with torch.random.fork_rng():  # a model that draws (dropout) leaves the timed rounds their random state
+        train(copy.deepcopy(model), dataclasses.replace(workload, per_round=workload.per_round[:1], eval_every=0))
 
 
 def loop_arguments(prog: str) -> argparse.Namespace:

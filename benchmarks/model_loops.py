@@ -8,7 +8,8 @@ on the same batches, follows the same trajectory (tests/test_bench_model_cost.py
 (its forward is features then classifier); under torch.func the character model runs its recurrence step by step
 (tasks/models/text.py), since the fused LSTM kernel has no batching rule.
 
-Run as its own process (one intra-op thread), it prints one JSON line: {"round_ends": seconds from the first
+Run as its own process (one intra-op thread; one throwaway round on a copy of the model first, as Mooring's start-up
+runs one: bare_loop.throwaway_round), it prints one JSON line: {"round_ends": seconds from the first
 round's start to each round's end, its evaluation included, "accuracies": the global model's accuracy after each
 evaluated round}:
 
@@ -16,7 +17,6 @@ evaluated round}:
 """
 from __future__ import annotations
 
-import importlib
 import json
 import time
 
@@ -27,8 +27,9 @@ from benchmarks.bare_loop import (
     check_supported,
     loop_arguments,
     prepare_workload,
+    reference_loop,
     set_up_reference_process,
-    train_rounds,
+    throwaway_round,
 )
 from benchmarks.common import loop_process
 
@@ -44,15 +45,13 @@ def load_model_workload(cfg) -> tuple[Workload, nn.Module]:
 
 
 def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
-    """Set up outside the clock, then each round's end from the first round's start, and the accuracies."""
+    """Set up outside the clock and a throwaway round (bare_loop.throwaway_round), then each round's end from the
+    first round's start, and the accuracies."""
     check_supported(cfg, vectorized, models=MODELS)
     set_up_reference_process()
     workload, model = load_model_workload(cfg)
-    if vectorized:
-        importlib.import_module("torch._dynamo")  # torch.func's first grad imports it (seconds): not a round's
-        from benchmarks.vectorized_loop import train_rounds_vectorized as train
-    else:
-        train = train_rounds
+    train = reference_loop(vectorized)
+    throwaway_round(train, model, workload)
     ends: list[float] = []
     start = time.perf_counter()
     accuracies = train(model, workload, ends)

@@ -62,13 +62,11 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""), "RAY_AUTH_MODE": "disabled"}
 
 
-def loop_process(module: str, config: str, overrides: list[str], cwd: str, vectorized: bool,
-                 name: str, options: tuple[str, ...] = ()) -> tuple[dict, float]:
-    """`python -m <module> CONFIG --set ... [--vectorized] [options]` in a fresh process: (the JSON its last line
-    printed, the whole process's seconds); a RuntimeError naming the loop (`name`) and its last error line if it
-    fails."""
-    cmd = [sys.executable, "-m", module, config, *(f"--set={o}" for o in overrides),
-           *(["--vectorized"] if vectorized else []), *options]
+def loop_process(module: str, config: str, overrides: list[str], cwd: str, name: str,
+                 options: tuple[str, ...] = ()) -> tuple[dict, float]:
+    """`python -m <module> CONFIG --set ... [options]` in a fresh process: (the JSON its last line printed, the whole
+    process's seconds); a RuntimeError naming the loop (`name`) and its last error line if it fails."""
+    cmd = [sys.executable, "-m", module, config, *(f"--set={o}" for o in overrides), *options]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=child_env(), check=False)
     whole = time.perf_counter() - start
@@ -81,14 +79,20 @@ def loop_process(module: str, config: str, overrides: list[str], cwd: str, vecto
 def bare_loop_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> tuple[float, float]:
     """The efficient plain loop (benchmarks/bare_loop.py), or with `vectorized` the vectorised loop, in a fresh
     process: (its rounds' seconds, the whole process's)."""
-    printed, whole = loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop")
+    printed, whole = loop_process("benchmarks.bare_loop", config, overrides, cwd, "bare loop", loop_options(vectorized))
     return printed["rounds_seconds"], whole
 
 
 def bare_loop_rounds(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> list[float]:
     """As `bare_loop_process`: each round's seconds, after one throwaway round (as Mooring's start-up runs one)."""
-    printed, _ = loop_process("benchmarks.bare_loop", config, overrides, cwd, vectorized, "bare loop", ("--warm-up",))
+    printed, _ = loop_process("benchmarks.bare_loop", config, overrides, cwd, "bare loop",
+                              (*loop_options(vectorized), "--warm-up"))
     return printed["round_seconds"]
+
+
+def loop_options(vectorized: bool) -> tuple[str, ...]:
+    """A reference loop's options: the vectorised loop, or the plain one (benchmarks/bare_loop.py's `loop_parser`)."""
+    return ("--vectorized",) if vectorized else ()
 
 
 def reproduce(command: str) -> str:

@@ -31,7 +31,7 @@ from benchmarks.bare_loop import (
     set_up_reference_process,
     throwaway_round,
 )
-from benchmarks.common import loop_process
+from benchmarks.common import loop_options, loop_process
 
 MODELS = ("acar_cnn", "char_rnn")
 
@@ -61,7 +61,7 @@ def timed_rounds(cfg, vectorized: bool = False) -> dict[str, list[float]]:
 def reference_process(config: str, overrides: list[str], cwd: str, vectorized: bool = False) -> dict[str, list[float]]:
     """`timed_rounds` in a fresh process (the plain loop, or with `vectorized` the vectorised loop)."""
     kind = "vectorised loop" if vectorized else "plain loop"
-    return loop_process("benchmarks.model_loops", config, overrides, cwd, vectorized, kind)[0]
+    return loop_process("benchmarks.model_loops", config, overrides, cwd, kind, loop_options(vectorized))[0]
 
 
 def main() -> None:

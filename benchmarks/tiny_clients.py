@@ -82,7 +82,7 @@ def where_clients_trained(run_dir: str) -> str:
 def mooring_process(config: str, overrides: list[str], cwd: str) -> tuple[list[float], list[float]]:
     """A run as `mooring run` makes it where no Ray cluster is given (benchmarks/mooring_process.py), in a fresh
     process: its rounds' seconds as the driver saw them, and on the coordinator's clock."""
-    printed, _ = loop_process("benchmarks.mooring_process", config, overrides, cwd, False, "Mooring run without Ray")
+    printed, _ = loop_process("benchmarks.mooring_process", config, overrides, cwd, "Mooring run without Ray")
     return printed["round_seconds"], printed["coordinator_round_seconds"]
 
 

@@ -8,9 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.cli import build_parser, main
 from orchestrator.driver.run_errors import RunError
+from orchestrator.experiment.config import ConfigError
 from orchestrator.ray_runtime import cluster
 from tests.cluster_fixture import ROOT, free_port
 
@@ -199,26 +202,176 @@ def test_the_address_comes_from_the_option_then_the_environment(monkeypatch):
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "https://ray.example.org/")
     assert cluster.dashboard_address(None) == "https://ray.example.org"
     assert cluster.dashboard_address("http://other:8265", allow_plain_http=True) == "http://other:8265"
-    with pytest.raises(RunError, match="expected the dashboard's URL"):
+    with pytest.raises(ConfigError, match="expected the dashboard's URL"):
         cluster.dashboard_address("ray://head:10001")
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "http://127.0.0.1:1\\@127.0.0.1:8265")
+    with pytest.raises(ConfigError, match=r"^RAY_API_SERVER_ADDRESS: holds a backslash"):  # not shown: an @
+        cluster.dashboard_address(None)
 
 
 def test_plain_http_to_another_machine_is_refused_unless_asked(tmp_path, monkeypatch, capsys):
     """The token (by default ~/.ray/auth_token) would cross the network readable: refused in one line before any
     connection, unless --allow-plain-http; loopback and https are fine (before, it went to any address)."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert main(["jobs", "list", "--address", "http://192.0.2.1:8265"]) == 1
+    assert main(["jobs", "list", "--address", "http://192.0.2.1:8265"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --address http://192.0.2.1:8265: plain http to another "
                                                     "machine would send the cluster's token and the job unencrypted")
     assert "--allow-plain-http" in err
-    assert main(["submit", "--address", "head.example.org:8265", "--", "run", "configs/default.yaml", *SHARED]) == 1
+    assert main(["submit", "--address", "head.example.org:8265", "--", "run", "configs/default.yaml"]) == 2
     assert "error: --address http://head.example.org:8265: plain http" in capsys.readouterr().err
     for url in ("http://127.0.0.1:8265", "http://localhost:8265", "http://[::1]:8265", "https://head:8265"):
         assert cluster.dashboard_address(url) == url
     assert cluster.dashboard_address("http://127.example.org:1", allow_plain_http=True) == "http://127.example.org:1"
-    with pytest.raises(RunError, match="plain http"):  # a host name that looks like a loopback address is not one
+    with pytest.raises(ConfigError, match="plain http"):  # a host name that looks like a loopback address is not one
         cluster.dashboard_address("http://127.example.org:1")
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1, in a thread, that records every connection and what it sends (for at most a
+    second each) until the `with` block ends."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self):
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                data = b""
+                try:
+                    while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                        data += chunk
+                except TimeoutError:
+                    pass
+                self.received.append(data)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def crafted_addresses(target: int, decoy: int) -> list[str]:
+    """Addresses that urllib.parse and urllib3 (the Jobs client's requests) read differently, or that carry what
+    the plain form has no place for: each would pass a loopback check on 127.0.0.1:`decoy`, or name `target`."""
+    return [f"http://127.0.0.1:{target}\\@127.0.0.1:{decoy}",  # urllib3 ends the host at the backslash
+            "http://127.1\\@127.0.0.1:8265", f"127.0.0.1:{target}\\@127.0.0.1:{decoy}",
+            f"http://127.0.0.1:{target}/\\@127.0.0.1:{decoy}", f"http://user:pw@127.0.0.1:{target}",
+            f"http://127.0.0.1:{decoy}@127.0.0.1:{target}", f"http://127.0.0.1:{target}#@evil",
+            f"http://127.0.0.1:{target}?x=@y", "http://[::1", f"http://[::1]x:{target}",
+            f"http://127.0.0.1:{target}\t", f"http://127.0.0.1\n:{target}", f"http://127.0.0.1:{target}\r\n",
+            f"http:// 127.0.0.1:{target}", f"http://127.0.0.1:{target}\x00", f"http://127.0.0.1\u3002evil:{target}",
+            f"http://:{target}", "http://127.0.0.1:0", "http://127.0.0.1:65536", f"http://127.0.0.1:+{target}",
+            f"http://127.0.0.1:{target}:{decoy}", f"ftp://127.0.0.1:{target}", f"http://127.0.0.1:{target}/a%zz",
+            "http://127.1:8265"]  # a host name, not a loopback IP: plain http refused, as before
+
+
+def test_a_crafted_address_is_refused_in_one_line_and_the_token_goes_nowhere(tmp_path, monkeypatch, capsys):
+    r"""`http://127.1\@127.0.0.1:8265` passed the loopback check on 127.0.0.1 (urllib.parse reads the host after the
+    `@`) while requests, ending the host at the backslash, sent `Authorization: Bearer TOKEN` to 127.1. Now each
+    crafted address is refused in one line (exit 2) before any connection: two listeners, one at the host the
+    checks would see and one at the host the client would reach, receive nothing; the same listener receives
+    the token from a plain address, so it would have seen a leak."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "canary-token-4f1d")
+    with Listener() as target, Listener() as decoy:
+        for address in crafted_addresses(target.port, decoy.port):
+            for argv in (["submit", "--no-wait", "--address", address, "--", "run", "configs/default.yaml"],
+                         ["jobs", "list", "--address", address]):
+                assert main(argv) == 2, (argv, capsys.readouterr())
+                out, err = capsys.readouterr()
+                assert out == "" and err.count("\n") == 1 and err.startswith("error: --address"), (address, err)
+                assert "canary" not in err and "pw" not in err, err
+        # RAY_ADDRESS is parsed the same way, and named in the refusal
+        monkeypatch.setenv("RAY_ADDRESS", f"http://127.0.0.1:{target.port}\\@127.0.0.1:{decoy.port}")
+        assert main(["jobs", "list"]) == 2
+        assert capsys.readouterr().err.startswith("error: RAY_ADDRESS: holds a backslash")
+        assert target.received == [] and decoy.received == []
+        # the control: a plain address to the target, which answers nothing a client accepts
+        assert main(["jobs", "list", "--address", f"http://127.0.0.1:{target.port}"]) == 1
+        assert f"Ray cluster at http://127.0.0.1:{target.port}" in capsys.readouterr().err
+    assert any(b"Authorization: Bearer canary-token-4f1d" in request for request in target.received)
+    assert decoy.received == []
+
+
+def test_an_address_is_parsed_once_as_both_parsers_read_it():
+    """What is accepted is rebuilt from the one parse, and urllib.parse and urllib3 read the same host and port
+    in it; the checks (loopback, the port connected to) use that parse."""
+    from urllib.parse import urlsplit
+
+    from urllib3.util import parse_url
+
+    from orchestrator.ray_runtime.address import parse_dashboard
+
+    for address, url, loopback, port in (
+            ("http://127.0.0.1:8265", "http://127.0.0.1:8265", True, 8265),
+            ("HTTP://LocalHost:8265/ray/", "http://localhost:8265/ray", True, 8265),
+            ("[::1]:8265", "http://[::1]:8265", True, 8265),
+            ("https://ray.example.org", "https://ray.example.org", False, 443),
+            ("http://ray-head.default.svc:08265/a%2Fb", "http://ray-head.default.svc:8265/a%2Fb", False, 8265),
+            ("127.1:8265", "http://127.1:8265", False, 8265)):
+        endpoint = parse_dashboard(address)
+        assert (endpoint.url, endpoint.loopback, endpoint.connect_port) == (url, loopback, port), address
+        std, lib = urlsplit(endpoint.url), parse_url(endpoint.url)
+        assert std.hostname == lib.host.strip("[]") == endpoint.host and std.port == lib.port == endpoint.port
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["http://", "https://", "ray://", "127.0.0.1", "127.1", "localhost", "h", "[::1]",
+                                 "[", "]", ":", "8265", "0", "/", "\\", "@", "?", "#", "%", "%2f", ".", "-", " ",
+                                 "\t", "\n", "\x00", "\u3002", "a", "A", "9"]), max_size=10).map("".join))
+def test_whatever_is_accepted_every_parser_reads_as_checked(text):
+    """Any address built from the pieces parsers trip on: refused, or read by urllib.parse and urllib3 (as typed
+    and as rebuilt) with the host and port the checks use."""
+    from urllib.parse import urlsplit
+
+    from urllib3.util import parse_url
+
+    from orchestrator.ray_runtime.address import AddressError, parse_dashboard
+
+    try:
+        endpoint = parse_dashboard(text)
+    except AddressError as e:
+        assert "\n" not in str(e)
+        return
+    for url in (text if "://" in text else f"http://{text}", endpoint.url):
+        std, lib = urlsplit(url), parse_url(url)
+        assert std.hostname == lib.host.strip("[]").lower() == endpoint.host, url
+        assert std.port == lib.port == endpoint.port and lib.auth is None and "@" not in url, url
+
+
+def test_a_ray_address_is_held_to_the_same_form(tmp_path):
+    """The --address of run, compare, sweep, table and claims (HOST:PORT or ray://HOST:PORT): refused where
+    parsers could disagree, before the reachability check connects anywhere."""
+    from orchestrator.ray_runtime.ray_start import check_address
+
+    with Listener() as target, Listener() as decoy:
+        for address in (f"127.0.0.1:{target.port}\\@127.0.0.1:{decoy.port}", f"ray://u:p@127.0.0.1:{target.port}",
+                        f"127.0.0.1:{target.port}#x", f"http://127.0.0.1:{target.port}", "127.0.0.1", "ray://:1"):
+            with pytest.raises(RunError, match=r"^--address") as refused:
+                check_address(address)
+            assert "\n" not in str(refused.value) and ":p@" not in str(refused.value)
+        assert target.received == [] and decoy.received == []
+        check_address(f"127.0.0.1:{target.port}")  # reachable: it passes
+        check_address(f"ray://127.0.0.1:{target.port}")
+    assert len(target.received) == 2
 
 
 def test_a_server_s_error_body_is_shown_without_escape_sequences_and_capped(capsys):
@@ -328,7 +481,6 @@ def test_a_sweep_s_study_name_is_checked_as_the_job_will_use_it(tmp_path):
     import yaml
 
     from orchestrator.commands.submit import job_targets, parse_pipeline_args
-    from orchestrator.experiment.config import ConfigError
 
     path = tmp_path / "my sweep.yaml"
     path.write_text(yaml.safe_dump({"base": str(ROOT / "configs" / "default.yaml"), "algorithm": "fedprox"}))

@@ -41,6 +41,7 @@ def configure(parser) -> None:
 def main(args) -> int:
     from orchestrator.ray_runtime import cluster
 
+    cluster.dashboard_endpoint(args.address, args.allow_plain_http)  # a bad address is refused before all else
     pipeline_args = args.args[1:] if args.args[:1] == ["--"] else list(args.args)
     parsed = parse_pipeline_args(args.pipeline, pipeline_args)
     root = cluster.job_directory()

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from orchestrator.ray_runtime.address import AddressError, Endpoint, parse_dashboard, refusal, unreachable
+
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 PIPELINES = ("run", "compare", "sweep")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -29,6 +31,13 @@ EXCLUDES = ["/.venv", "/.git", "/runs", "/mlruns", "/mlartifacts", "/results", "
 # entrypoint, which the dashboard shows), so its value is not known, nor checked, here.
 ENV_REFERENCE = re.compile(r"\$(\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)")
 AUTH_HINT = "set RAY_AUTH_TOKEN or --token-file"
+
+
+def bad_input(message: str) -> Exception:
+    """A ConfigError (one line, exit 2 from the CLI): the user's input is refused before anything is sent."""
+    from orchestrator.experiment.config import ConfigError
+
+    return ConfigError(message)
 
 
 def failure(message: str) -> Exception:
@@ -52,21 +61,28 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
 
 
 def dashboard_address(address: str | None, allow_plain_http: bool = False) -> str:
-    """The dashboard's URL; plain http is refused unless it stays on this machine or `allow_plain_http`: the
-    token (by default ~/.ray/auth_token) and the job would cross the network readable and alterable."""
-    from orchestrator.ray_runtime.ray_start import is_loopback
+    """The dashboard's URL, rebuilt from the one parse (`dashboard_endpoint`) that every check and the client use."""
+    return dashboard_endpoint(address, allow_plain_http).url
 
-    address = address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
-    if "://" not in address:
-        address = f"http://{address}"
-    parsed = urlparse(address)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise failure(f"--address {address}: expected the dashboard's URL, for example {DEFAULT_ADDRESS}")
-    if parsed.scheme == "http" and not is_loopback(address) and not allow_plain_http:
-        raise failure(f"--address {address}: plain http to another machine would send the cluster's token and the "
-                      "job unencrypted; reach the dashboard through an SSH tunnel or `kubectl port-forward` at "
-                      "http://127.0.0.1:8265, or over https, or pass --allow-plain-http on a network you trust")
-    return address.rstrip("/")
+
+def dashboard_endpoint(address: str | None, allow_plain_http: bool = False) -> Endpoint:
+    """The dashboard's address, parsed once (orchestrator/ray_runtime/address.py): an address parsers could read
+    two ways is refused, and so is plain http unless its host stays on this machine or `allow_plain_http`: the
+    token (by default ~/.ray/auth_token) and the job would cross the network readable and alterable."""
+    source = "--address"
+    if not address:
+        source = next((var for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS") if os.environ.get(var)), "--address")
+        address = os.environ.get(source, DEFAULT_ADDRESS)
+    try:
+        endpoint = parse_dashboard(address)
+    except AddressError as e:
+        raise bad_input(refusal(source, address, e)) from None
+    if endpoint.scheme == "http" and not endpoint.loopback and not allow_plain_http:
+        raise bad_input(f"{source} {endpoint.url}: plain http to another machine would send the cluster's token "
+                        "and the job unencrypted; reach the dashboard through an SSH tunnel or `kubectl "
+                        "port-forward` at http://127.0.0.1:8265, or over https, or pass --allow-plain-http on a "
+                        "network you trust")
+    return endpoint
 
 
 def auth_token(token_file: str | None) -> str | None:
@@ -97,22 +113,17 @@ class JobsAPI:
     Every failure, from an unreachable address to a refused token, comes out as one line."""
 
     def __init__(self, address: str | None, token_file: str | None, allow_plain_http: bool = False):
-        from orchestrator.driver.run_errors import RunError
-        from orchestrator.ray_runtime.ray_start import check_address
-
-        self.url = dashboard_address(address, allow_plain_http)
-        parsed = urlparse(self.url)
-        try:
-            check_address(f"{parsed.hostname}:{parsed.port or 8265}")
-        except RunError:
+        endpoint = dashboard_endpoint(address, allow_plain_http)
+        self.url = endpoint.url
+        if unreachable(endpoint):
             raise failure(f"no Ray cluster reachable at {self.url}; start one with `ray start --head` "
-                          "or give its dashboard with --address (or RAY_ADDRESS)") from None
+                          "or give its dashboard with --address (or RAY_ADDRESS)")
         token = auth_token(token_file)
         from ray.job_submission import JobSubmissionClient
 
         quiet_ray_logging()
         headers = {"Authorization": f"Bearer {token}"} if token else None
-        with self.errors():
+        with self.errors():  # the URL as parsed: the token goes to the host the checks saw, and nowhere else
             self.client = JobSubmissionClient(self.url, headers=headers)
 
     def call(self, method: str, *args, **kwargs):

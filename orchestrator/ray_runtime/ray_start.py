@@ -4,26 +4,26 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import socket
 from contextlib import nullcontext, suppress
 from urllib.parse import urlparse
 
 from orchestrator.driver.run_errors import RunError
+from orchestrator.ray_runtime.address import AddressError, parse_ray, refusal, unreachable
 
 
 def check_address(address: str) -> None:
-    """Fail fast, in one line, when nothing listens at a Ray address (ray.init would hang or trace)."""
+    """Fail fast, in one line, when an address is not plainly HOST:PORT or ray://HOST:PORT (orchestrator/
+    ray_runtime/address.py: no part that parsers read two ways), or when nothing listens there (ray.init would hang
+    or trace)."""
     if address == "auto":
         return
-    parsed = urlparse(address if "://" in address else f"ray://{address}")
-    if not parsed.hostname or not parsed.port:
-        raise RunError(f"--address {address!r}: expected HOST:PORT (for example 127.0.0.1:6379), ray://HOST:10001 or auto")
     try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=3):
-            pass
-    except OSError as e:
-        raise RunError(f"--address {address}: no Ray cluster reachable there ({e.strerror or e}); "
-                       "start one with `ray start --head` or leave out --address for a local one") from None
+        endpoint = parse_ray(address)
+    except AddressError as e:
+        raise RunError(refusal("--address", address, e)) from None
+    if problem := unreachable(endpoint):
+        raise RunError(f"--address {address}: no Ray cluster reachable there ({problem}); "
+                       "start one with `ray start --head` or leave out --address for a local one")
 
 
 # A client actor's results (a round's client models) come back inline up to this size instead of through the

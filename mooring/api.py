@@ -47,11 +47,16 @@ def compare(source: ConfigSource = None, methods: Methods | None = None, overrid
     `mooring compare` runs them: `methods` is a list of algorithm names or {label: overrides}; None is the
     config's own algorithm; `seeds` defaults to the config's seed. The tables, histories, plot and report.html
     are written to `out` too."""
+    from mooring.settings import dotted_overrides
+    from pipelines.compare import check_parallel, refuse_shadowed
     from pipelines.compare import compare as compare_runs
 
     with one_line_errors():
+        check_parallel(parallel, "parallel")
         variants = _variants(methods)
         base = resolve(source, overrides, settings)
+        refuse_shadowed(dotted_overrides(overrides, settings), {f"methods {label}": o for label, o in variants.items()},
+                        "overrides")
         variants = variants or {base.algorithm.name: {"algorithm.name": base.algorithm.name}}
         seeds = _seeds(seeds, base.seed)
         if baseline is not None and baseline not in variants:
@@ -86,6 +91,9 @@ def _variants(methods: Methods | None) -> dict[str, dict[str, Any]]:
     for label, overrides in variants.items():
         if "algorithm.name" in overrides:
             find_algorithm(label, str(overrides["algorithm.name"]), "methods")
+    if not variants:  # not the config's own algorithm: that is methods=None
+        raise ConfigError(f"methods {methods!r}: empty; give at least one algorithm name (or leave methods out for "
+                          "the config's own algorithm)")
     return variants
 
 

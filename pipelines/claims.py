@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.commands.common import add_outside_code_arg, apply_outside_code
 from pipelines.compare import Comparison, compare
 from pipelines.paired import Verdict, paired_verdict
 from tasks.json_data import JsonProblem, parse_json
@@ -90,7 +91,7 @@ def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str 
     comps: dict[str, Comparison] = {}
     for setting, overrides in claims.settings.items():
         if report_only:
-            comps[setting] = saved_comparison(out_dir / setting)
+            comps[setting] = saved_comparison(out_dir / setting, claims.methods, "run the claims again to write them")
             continue
         echo(f"{cfg.name} / {setting}")
         comps[setting] = compare(with_overrides(base, overrides), claims.methods, seeds, out_dir / setting,
@@ -100,7 +101,9 @@ def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str 
     return comps, verdicts
 
 
-def saved_comparison(setting_dir: Path) -> Comparison:
+def saved_comparison(setting_dir: Path, wanted=(), rerun: str = "run them again to write them") -> Comparison:
+    """The histories compare saved in `setting_dir`, each of the `wanted` variants among them with a seed at
+    least (a missing one would be judged on no runs at all)."""
     from orchestrator.experiment.config import ConfigError
 
     path = setting_dir / "histories.json"
@@ -113,6 +116,10 @@ def saved_comparison(setting_dir: Path) -> Comparison:
     problem = not_histories(raw)
     if problem:
         raise ConfigError(f"--report-only: {path}: {problem}; run the claims again to write it")
+    missing = [v for v in wanted if not raw.get(v)]
+    if missing:
+        held = ", ".join(v for v in raw if raw[v]) or "none"
+        raise ConfigError(f"--report-only: {path}: no runs of {', '.join(missing)} (it holds {held}); {rerun}")
     return Comparison(histories={v: {int(seed): h for seed, h in by_seed.items()} for v, by_seed in raw.items()})
 
 
@@ -237,18 +244,24 @@ def configure(parser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override every run of the protocol (a smaller budget: --set train.rounds=30); "
                              "recorded in the report's reproduce command")
+    add_outside_code_arg(parser)
 
 
 def main(args) -> int:
     from orchestrator.experiment.config import ConfigError, load_config
-    from pipelines.compare import parse_list
+    from pipelines.compare import dotted_set, parse_list, refuse_shadowed
 
+    apply_outside_code(args)
     paths = args.configs or sorted(str(p) for p in Path("configs/claims").glob("*.yaml"))
     configs = [load_config(p, args.overrides) for p in paths]
     for cfg, path in zip(configs, paths):
         if cfg.claims is None:
             raise ConfigError(f"{path}: no `claims:` block")
     configs = [apply_budget(cfg, args.budget, path, args.overrides) for cfg, path in zip(configs, paths)]
+    for cfg in configs:  # a setting's or method's own value of a key would win over --set's
+        refuse_shadowed(dotted_set(args.overrides),
+                        {**{f"{cfg.name}: setting {s}": o for s, o in cfg.claims.settings.items()},
+                         **{f"{cfg.name}: method {m}": o for m, o in cfg.claims.methods.items()}})
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or None
     if not args.report_only:
         for cfg in configs:  # every protocol's every run checked before the first starts

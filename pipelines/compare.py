@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.commands.common import add_address_arg, add_config_args
+from orchestrator.commands.common import (
+    add_address_arg,
+    add_config_args,
+    add_outside_code_arg,
+    apply_outside_code,
+)
 from pipelines.comparison import Comparison, Job, Stopped, absolute_paths, format_table, summary_table
 
 if TYPE_CHECKING:
@@ -241,6 +246,7 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     from orchestrator.reporting.tracking import Tracker
     from pipelines.reports import write_comparison_report
 
+    check_parallel(parallel, "parallel")
     jobs = plan_jobs(base, variants, seeds, actors_per_run)
     ensure_ray(address)
     check_variants({f"variant {j.variant}": j.cfg for j in jobs[:len(variants)]},
@@ -314,6 +320,7 @@ def configure(parser) -> None:
     parser.add_argument("--baseline", default=None, metavar="VARIANT",
                         help="also compare every variant with this one, seed by seed: paired differences, their "
                              "mean, 95 %% interval, wins and p (as `mooring claims` judges them)")
+    add_outside_code_arg(parser)
 
 
 def every_method() -> list[str]:
@@ -340,6 +347,42 @@ def parse_list(text: str | None, kind=str, option: str = "", example: str = "fed
     raise ConfigError(f"{option} {text!r}: expected comma-separated {what}, for example {example}")
 
 
+def check_parallel(value: object, option: str = "--parallel") -> None:
+    """Runs at once: None (as many as the CPUs hold) or a whole number of at least 1. Zero was read as the
+    default, and a negative number started no run at all."""
+    from numbers import Integral
+
+    if value is None or (isinstance(value, Integral) and not isinstance(value, bool) and value >= 1):
+        return
+    from orchestrator.experiment.config import ConfigError
+
+    raise ConfigError(f"{option} {value!r}: runs at once must be a whole number, at least 1 (leave it out for as "
+                      "many as the CPUs hold)")
+
+
+def refuse_shadowed(given: dict[str, Any], layers: dict[str, dict[str, Any]], option: str = "--set") -> None:
+    """Refuse an override the runs would not see: `given` ({dotted key: value}, the command line's --set) goes on the
+    base config, and each of `layers` (what → its overrides: a variant, a setting) is applied over it, so a key
+    one of them sets too (or a section holding it, or a key inside it) would silently lose. The same value twice is
+    no conflict."""
+    for key, value in given.items():
+        for what, overrides in layers.items():
+            for other, theirs in overrides.items():
+                same_key = other == key and theirs == value
+                if not same_key and (other == key or other.startswith(key + ".") or key.startswith(other + ".")):
+                    from orchestrator.experiment.config import ConfigError
+
+                    raise ConfigError(f"{option} {key}: {what} sets {other} itself ({theirs!r}), which would win "
+                                      f"over it; set it there, or leave it out")
+
+
+def dotted_set(overrides: list[str]) -> dict[str, Any]:
+    """The command line's --set as {dotted key: value}."""
+    from orchestrator.experiment.config import parse_override
+
+    return {".".join(path): value for path, value in map(parse_override, overrides)}
+
+
 def refuse_duplicates(option: str, text: str | None, values: list) -> None:
     """Each variant and seed once: a repeated one would silently run once (and name one row twice)."""
     repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
@@ -353,8 +396,11 @@ def main(args) -> int:
     from orchestrator.commands.common import check_output_file
     from orchestrator.experiment.config import ConfigError, load_config
 
+    check_parallel(args.parallel)
+    apply_outside_code(args)  # before any method is looked up: an outside one would be imported
     variants = requested_variants(args)  # outside methods imported first, so that --set may name their blocks
     base = load_config(args.config, args.overrides)
+    refuse_shadowed(dotted_set(args.overrides), {f"variant {label}": o for label, o in variants.items()})
     variants = variants or {base.algorithm.name: {"algorithm.name": base.algorithm.name}}
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or [base.seed]
     refuse_duplicates("--seeds", args.seeds, seeds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from orchestrator.commands.common import add_address_arg
+from orchestrator.commands.common import add_address_arg, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
@@ -28,6 +28,7 @@ def configure(parser) -> None:
     add_address_arg(parser)
     parser.add_argument("--best", action="store_true", help="print the best trial and write its config; run nothing")
     parser.add_argument("--out", default=None, metavar="PATH", help="with --best: where to write it (default best-STUDY.yaml)")
+    add_outside_code_arg(parser)
 
 
 def main(args) -> int:
@@ -41,6 +42,7 @@ def main(args) -> int:
                         ("--max-failures", args.max_failures)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} {value}: must be at least 1")
+    apply_outside_code(args)
     sweep = load_sweep(args.sweep, n_trials=args.n_trials, storage_url=args.storage, study=args.study,
                        overrides=args.overrides, parallel=args.parallel, max_failures=args.max_failures)
     metric = sweep.config.objective.spec

@@ -62,6 +62,7 @@ def load_sweep(path: str | Path, *, n_trials: int | None = None, storage_url: st
     study_name = checked_study_name(study, config, source)
     base = base_experiment(config, Path(path), list(overrides))
     space = search_space(config, base, source)
+    refuse_searched_overrides(list(overrides), space)
     check_enqueued(config, base, space, source)
     check_objective(config.objective, base, source)
     default_trials = checked_grid_size(config, space, source) if isinstance(config.sampler, GridSampler) else 20
@@ -70,6 +71,18 @@ def load_sweep(path: str | Path, *, n_trials: int | None = None, storage_url: st
                  storage_url=absolute_storage_url(storage_url or config.storage or DEFAULT_STORAGE),
                  n_trials=n_trials, parallel=parallel or config.parallel,
                  max_failures=max_failures or config.max_failures or min(n_trials, DEFAULT_MAX_FAILURES))
+
+
+def refuse_searched_overrides(overrides: list[str], space: dict[str, Any]) -> None:
+    """A --set of a searched key would be replaced by every trial's own value: refused, not dropped."""
+    from orchestrator.experiment.config import parse_override
+
+    for text in overrides:
+        key = ".".join(parse_override(text)[0])
+        searched = next((p for p in space if p == key or p.startswith(key + ".") or key.startswith(p + ".")), None)
+        if searched is not None:
+            raise ConfigError(f"--set {text}: the sweep searches {searched}, so every trial sets its own value; "
+                              "remove it from --set (or from the sweep's params)")
 
 
 def trial_name(study_name: str, number: int) -> str:

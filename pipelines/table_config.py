@@ -184,9 +184,12 @@ class TunedRow(Strict):
 
 
 class TunedValues(Strict):
-    """The tuned-values file (`configs/tables/<paper>.tuned.yaml`): the tuning it came from and every row's choice."""
+    """The tuned-values file (`configs/tables/<paper>.tuned.yaml`): the tuning it came from, the command line's
+    --set the trials ran with, and every row's choice."""
 
     tuning: dict[str, Any]
+    set: list[str] = Field(default_factory=list, description="the --set the trials ran with (they win over the "
+                           "tuning's overrides)")
     rows: dict[str, TunedRow] = Field(default_factory=dict)
 
 
@@ -206,11 +209,32 @@ class TableFile(Strict):
                               "relative to this file (default <paper>.tuned.yaml beside it)")
     notes: str = ""
     _tuned_rows: dict[str, TunedRow] = PrivateAttr(default_factory=dict)
+    _tuned_set: list[str] = PrivateAttr(default_factory=list)
+    _tuning_drift: dict[str, str] = PrivateAttr(default_factory=dict)
+    _tuned_path: str = PrivateAttr("")
 
     @property
     def tuned_rows(self) -> dict[str, TunedRow]:
         """The rows `--tune` chose values for (read from the tuned-values file by load_table_file)."""
         return self._tuned_rows
+
+    @property
+    def tuned_set(self) -> list[str]:
+        """The --set the tuned rows' trials ran with (none: the tuning as the file gives it)."""
+        return self._tuned_set
+
+    @property
+    def tuning_drift(self) -> dict[str, str]:
+        """Where the tuning recorded in the tuned-values file differs from this file's `tuning:` (empty: it does
+        not): setting → what differs."""
+        return self._tuning_drift
+
+    def check_tuned_values_current(self) -> None:
+        """Tuned values are used only where they came from this file's tuning: one line otherwise."""
+        if self._tuning_drift and self._tuned_rows:
+            raise ConfigError(f"{self._tuned_path}: {'; '.join(self._tuning_drift.values())}: its values were not "
+                              "tuned the way this table tunes; run `mooring table --tune` again (or restore the "
+                              "table's tuning)")
 
     def tuning_metric(self, row_id: str | None = None) -> str:
         """KEY:AGG a row is tuned by: its own `tune_metric`, else the tuning's `metric`, else the file's."""
@@ -272,8 +296,24 @@ def load_table_file(path: str) -> TableFile:
     build_config(dict(spec.experiment), f"{path}: experiment")
     tuned = tuned_values_path(spec, path)
     if tuned.is_file():
-        spec._tuned_rows = read_tuned_values(tuned, spec).rows
+        values = read_tuned_values(tuned, spec)
+        spec._tuned_rows, spec._tuned_set, spec._tuned_path = values.rows, values.set, str(tuned)
+        spec._tuning_drift = tuning_drift(values.tuning, spec.tuning)
     return spec
+
+
+def tuning_drift(recorded: dict[str, Any], tuning: Tuning | None) -> dict[str, str]:
+    """Each setting of the tuning recorded in a tuned-values file that differs from the table's `tuning:`, with
+    what differs (a setting the record leaves out counts at its default)."""
+    if tuning is None:
+        return {"tuning": "tuned under a `tuning:` block the table file no longer has"}
+    try:
+        then = Tuning(**recorded).model_dump()
+    except (ValidationError, TypeError):
+        return {"tuning": "its `tuning:` record is not one this version reads"}
+    now = tuning.model_dump()
+    return {key: f"tuning.{key} is {then[key]!r} there, {now[key]!r} in the table"
+            for key in now if then[key] != now[key]}
 
 
 def tuned_values_path(spec: TableFile, source: str) -> Path:
@@ -297,7 +337,10 @@ def write_tuned_values(path: Path, values: TunedValues, paper: str, source: str)
     header = (f"# {paper}: hyperparameters chosen by `mooring table {source} --tune`, one Optuna study per row on a "
               "validation split\n# (pipelines/table_tuning.py); read by every run of the table's digits budget. "
               "Written by the tool: run --tune again rather than editing.\n")
-    text = header + yaml.safe_dump(values.model_dump(), sort_keys=False, allow_unicode=True)
+    record = values.model_dump()
+    if not record["set"]:
+        del record["set"]
+    text = header + yaml.safe_dump(record, sort_keys=False, allow_unicode=True)
     storage.write_bytes_atomic(str(path.absolute()), text.encode())
 
 
@@ -338,7 +381,11 @@ class SettingRun:
     variants: dict[str, dict[str, Any]]
 
 
-def resolve_budget(spec: TableFile, name: str, source: str) -> BudgetPlan:
+def resolve_budget(spec: TableFile, name: str, source: str, check_tuned: bool = True) -> BudgetPlan:
+    """The budget `name` of the table; where it runs the tuned values, they must come from the table's own
+    tuning (check_tuned False: `--tune`, which tunes them again)."""
+    if check_tuned and (name == DEFAULT_BUDGET or (name in spec.budgets and spec.budgets[name].tuned)):
+        spec.check_tuned_values_current()
     if name == DEFAULT_BUDGET:
         return BudgetPlan(name, copy.deepcopy(spec.experiment), spec.seeds, spec.settings, own_columns(spec),
                           "the spec's small-scale digits protocol", spec.notes, dict(spec.tuned_rows))

@@ -191,7 +191,8 @@ def tuning_lines(spec: TableFile, plan: BudgetPlan) -> list[str]:
     return [f"- tuned rows (`mooring table --tune`): {t.trials} Optuna trials (TPE, the row's own values first) "
             f"per row in `{t.setting}` at {budget}, seed {t.seed}, each scored on a validation "
             f"split of {t.validation_fraction:.0%} of each client's training samples (no trial reads a test set), "
-            "trials below the median of the completed ones stopped early (docs/tables/README.md)"]
+            "trials below the median of the completed ones stopped early (docs/tables/README.md)"
+            + ("; the trials ran with " + ", ".join(f"`--set {o}`" for o in spec.tuned_set) if spec.tuned_set else "")]
 
 
 def row_settings(row_id: str, row, plan: BudgetPlan) -> str:

@@ -51,10 +51,13 @@ def search_space(spec: TableFile, row_id: str) -> dict[str, dict[str, Any]]:
     return {f"algorithm.{method.name}.{name}": ranges[name] for name in wanted}
 
 
-def tuning_config(base: ExperimentConfig, variant: dict[str, Any], tuning: Tuning) -> ExperimentConfig:
-    """A row's config in the tuning setting, at the tuning's budget, with its validation split held out (the sweep
-    scores every trial on it: pipelines/sweep_objective.py)."""
-    return with_overrides(base, {**variant, **tuning.overrides, "data.validation_fraction": tuning.validation_fraction})
+def tuning_config(base: ExperimentConfig, variant: dict[str, Any], tuning: Tuning,
+                  cli: dict[str, Any] | None = None) -> ExperimentConfig:
+    """A row's config in the tuning setting, at the tuning's budget (the command line's --set `cli` winning over
+    it, as it wins everywhere), with its validation split held out (the sweep scores every trial on it:
+    pipelines/sweep_objective.py)."""
+    return with_overrides(base, {**variant, **tuning.overrides, "data.validation_fraction": tuning.validation_fraction,
+                                 **(cli or {})})
 
 
 def starting_values(cfg: ExperimentConfig, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -119,12 +122,18 @@ def range_text(spec: dict[str, Any]) -> str:
 
 
 def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,
-         echo) -> Path:
+         echo, cli_overrides: list[str] = ()) -> Path:
     """Every row of `run` (the tuning setting, its rows that tune), one sweep each, its choice written to the
-    tuned-values file as soon as it is made."""
+    tuned-values file as soon as it is made, with the --set the trials ran with. Earlier choices are kept until
+    their row is tuned again only where they came from the same tuning and --set."""
+    from orchestrator.experiment.config import parse_override
+
     tuning = spec.tuning
     out = tuned_values_path(spec, source)
-    values = TunedValues(tuning=tuning.model_dump(), rows=dict(spec.tuned_rows))
+    cli = {".".join(path): value for path, value in map(parse_override, cli_overrides)}
+    same = not spec.tuning_drift and spec.tuned_set == list(cli_overrides)
+    values = TunedValues(tuning=tuning.model_dump(), set=list(cli_overrides),
+                         rows=dict(spec.tuned_rows) if same else {})
     tuning_dir = results / "tuning"
     tuning_dir.mkdir(parents=True, exist_ok=True)
     spaces = {row_id: search_space(spec, row_id) for row_id in run.variants}  # every `tune` list checked first
@@ -134,7 +143,7 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
             echo(f"tune {row_id}: {spec.rows[row_id].method} has no searchable hyperparameters")
             continue
         echo(f"tune {row_id}: {tuning.trials} trials of {', '.join(space)} in {tuning.setting}'s validation split")
-        cfg = tuning_config(run.base, variant, tuning)
+        cfg = tuning_config(run.base, variant, tuning, cli)
         values.rows[row_id] = tune_row(spec, row_id, cfg, space, tuning, tuning_dir, address, parallel,
                                      echo)
         write_tuned_values(out, values, spec.paper, source)

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.common import add_outside_code_arg
 from pipelines.claims import saved_comparison, scale_of
 from pipelines.comparison import Comparison, aggregate_metric
 from pipelines.table_config import (
@@ -32,15 +33,19 @@ from pipelines.table_report import Cell, CellState, measured, render_report
 
 
 def built_methods(spec: TableFile) -> set[str]:
-    """The rows' methods that are registered now."""
+    """The rows' methods that are registered now. A `module:attribute` method under --no-outside-code is refused
+    in one line, not shown as "not built" as if it did not exist."""
+    from orchestrator.experiment.config import ConfigError
     from tasks.algorithms import ALGORITHMS
-    from tasks.registry import RegistryError
+    from tasks.registry import OutsideCode, RegistryError, is_reference
 
     built = set()
-    for row in spec.rows.values():
+    for row_id, row in spec.rows.items():
         try:
             ALGORITHMS.find(row.method)
-        except RegistryError:
+        except RegistryError as e:
+            if is_reference(row.method) and OutsideCode.refused:
+                raise ConfigError(f"rows.{row_id}.method: {row.method}: {e}") from None
             continue
         built.add(row.method)
     return built
@@ -116,7 +121,7 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
             comps[run.setting] = Comparison()
             continue
         if report_only:
-            comps[run.setting] = saved(results / run.setting)
+            comps[run.setting] = saved(results / run.setting, list(run.variants))
             continue
         echo(f"{run.setting}: {', '.join(run.variants)} × seeds {', '.join(map(str, seeds))}")
         comps[run.setting] = compare(run.base, run.variants, seeds, results / run.setting, address=address,
@@ -124,14 +129,15 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
     return comps
 
 
-def saved(setting_dir: Path) -> Comparison:
-    """The histories a previous run of this setting saved, or one line saying there are none."""
+def saved(setting_dir: Path, rows: list[str]) -> Comparison:
+    """The histories a previous run of this setting saved, every row that runs in it among them, or one line
+    saying what is missing."""
     from orchestrator.experiment.config import ConfigError
 
     if not (setting_dir / "histories.json").exists():
         raise ConfigError(f"--report-only: no saved results at {setting_dir / 'histories.json'}; run the table "
                           "first (or give its --results)")
-    return saved_comparison(setting_dir)
+    return saved_comparison(setting_dir, rows, "run the table first (or give its --results)")
 
 
 def table_cells(spec: TableFile, plan: BudgetPlan, built: set[str],
@@ -259,6 +265,7 @@ def configure(parser) -> None:
                         help="tune every row's hyperparameters on a validation split (the file's `tuning:`, one "
                              "sweep per row; resumes an interrupted one) and write them to the tuned-values file, "
                              "running no cell; the next run of the table uses them")
+    add_outside_code_arg(parser)
 
 
 def reproduce_command(args, default_report: str) -> str:
@@ -279,12 +286,14 @@ def default_out(spec: TableFile, budget: str) -> str:
 
 
 def main(args) -> int:
-    from orchestrator.commands.common import check_output_file
+    from orchestrator.commands.common import apply_outside_code, check_output_file
     from orchestrator.experiment.config import ConfigError
-    from pipelines.compare import parse_list
+    from pipelines.compare import check_parallel, parse_list
 
+    check_parallel(args.parallel)
+    apply_outside_code(args)
     spec = load_table_file(args.config)
-    plan = resolve_budget(spec, args.budget, args.config)
+    plan = resolve_budget(spec, args.budget, args.config, check_tuned=not args.tune)
     try:
         seeds = parse_list(args.seeds, int) or plan.seeds
     except ValueError:
@@ -327,15 +336,33 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     if plan.name != DEFAULT_BUDGET:
         raise ConfigError(f"--tune tunes the {DEFAULT_BUDGET} budget, whose validation splits choose the values; "
                           f"drop --budget {args.budget}")
+    results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
+    check_studies_current(spec, args.overrides, results)
     # tuned from the file's own values: the earlier choices are not the starting point of the new search
     untuned = replace(plan, tuned={})
     run = setting_run(spec, untuned, spec.tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
     if problems := preflight([run], [spec.tuning.seed]):
         raise ConfigError("; ".join(problems))
-    results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
-    out = tune(spec, run, args.config, results, args.address, args.parallel, echo=lambda s: print(s, file=sys.stderr))
+    out = tune(spec, run, args.config, results, args.address, args.parallel, echo=lambda s: print(s, file=sys.stderr),
+               cli_overrides=args.overrides)
     print(f"wrote {out}")
     return 0
+
+
+def check_studies_current(spec: TableFile, overrides: list[str], results: Path) -> None:
+    """--tune resumes the rows' studies: where the tuned values came from another tuning (or other --set) than
+    this one, their studies scored trials that way, and resuming would mix the two. More trials alone is what a
+    resume is for; anything else is refused while those studies are there."""
+    from orchestrator.experiment.config import ConfigError
+
+    drift = {k: v for k, v in spec.tuning_drift.items() if k != "trials"}
+    if spec.tuned_rows and spec.tuned_set != list(overrides):
+        drift["set"] = (f"its trials ran with --set {' '.join(spec.tuned_set) or '(none)'}, this --tune with "
+                        f"{' '.join(overrides) or '(none)'}")
+    studies = results / "tuning" / "optuna.db"
+    if drift and studies.exists():
+        raise ConfigError(f"--tune: the tuned values' {'; '.join(drift.values())}, and the studies in {studies} "
+                          "scored their trials that way: remove that file to tune afresh (or tune as before)")
 
 
 def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str]) -> int:

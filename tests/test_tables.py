@@ -369,19 +369,24 @@ def test_bad_tuning_is_one_line_before_any_trial(tmp_path, capsys, change, probl
 def test_tune_writes_each_rows_choice_and_the_table_then_runs_with_it(ray_session, workdir, tmp_path, capsys):
     raw = tiny_spec(experiment={"name": "tiny", "data": {"num_clients": 4}, "train": {"rounds": 2},
                                 "eval": {"diagnostics": False}, "checkpoint": {"every": 0}},
-                    tuning={"setting": "s", "trials": 2, "validation_fraction": 0.25})
+                    tuning={"setting": "s", "trials": 2, "validation_fraction": 0.25,
+                            "overrides": {"train.rounds": 3}})
     path, results = write_spec(tmp_path, raw), tmp_path / "results"
+    overrides = [*workdir, "train.rounds=1"]  # the command line's rounds win over the tuning's
     args = ["table", path, "--results", str(results), "--parallel", "1", "--address", ray_session.get_runtime_context().gcs_address,
-            *(a for o in workdir for a in ("--set", o))]
+            *(a for o in overrides for a in ("--set", o))]
     assert mooring([*args, "--tune"]) == 0
     tuned = yaml.safe_load((tmp_path / "tiny.tuned.yaml").read_text())
     assert list(tuned["rows"]) == ["b"]  # fedavg has nothing to search; C is not built
+    assert tuned["set"] == overrides and yaml.safe_load((results / "tuning" / "b.base.yaml").read_text())[
+        "train"]["rounds"] == 1
     row = tuned["rows"]["b"]
     assert row["trials"] == 2 and row["metric"] == "accuracy:final" and 0 <= row["best_validation"] <= 1
     assert set(row["params"]) == {"mu"} and row["searched"] == {"mu": "0.0001..1 log"}
     import optuna
     study = optuna.load_study(study_name="tiny-tune-b", storage=f"sqlite:///{results / 'tuning' / 'optuna.db'}")
     assert study.trials[0].params == {"algorithm.fedprox.mu": 0.1}  # the row's own value first
+    assert all(len(t.intermediate_values) <= 1 for t in study.trials)  # one round each, as --set says
     assert row["params"]["mu"] == study.best_trial.params["algorithm.fedprox.mu"]
     capsys.readouterr()
     assert mooring([*args, "--tune"]) == 0  # run again: the studies are complete, nothing new is tried

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.commands.common import add_config_args
+from orchestrator.commands.common import add_config_args, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
@@ -14,6 +14,7 @@ def configure(parser) -> None:
     show.add_argument("--rows", type=row_count, default=DEFAULT_ROWS, metavar="N|all",
                       help=f"clients listed one per line (default {DEFAULT_ROWS}; 'all' for every one); "
                            "the sizes line summarises them all")
+    add_outside_code_arg(show)
 
 
 DEFAULT_ROWS = 100  # a federation of 100,000 clients would otherwise print 100,000 lines
@@ -93,6 +94,7 @@ def main(args) -> int:
     from orchestrator.experiment.config import load_config
     from orchestrator.experiment.datasets import prepare_data
 
+    apply_outside_code(args)
     cfg = load_config(args.config, args.overrides)
     if args.png:
         from orchestrator.commands.common import check_output_file

@@ -44,6 +44,10 @@ def main(args) -> int:
     cluster.dashboard_endpoint(args.address, args.allow_plain_http)  # a bad address is refused before all else
     pipeline_args = args.args[1:] if args.args[:1] == ["--"] else list(args.args)
     parsed = parse_pipeline_args(args.pipeline, pipeline_args)
+    if getattr(parsed, "no_outside_code", False):  # the configs are loaded here too, before the job is sent
+        from orchestrator.commands.common import apply_outside_code
+
+        apply_outside_code(parsed)
     root = cluster.job_directory()
     config_path, configs, storage = job_targets(args.pipeline, parsed)
     if config_path:

@@ -43,10 +43,18 @@ def optimizer_note(cfg) -> str:
 
 
 def nonfinite_loss_advice(cfg) -> str:
-    """What a non-finite training loss most likely asks of the user: the optimiser where the method's formula
-    assumes plain SGD and the run uses momentum, else the learning rate."""
+    """What a non-finite training loss most likely asks of the user: the privacy noise where noise is added to
+    the models' updates (its std z·C can swamp any model), the optimiser where the method's formula assumes plain
+    SGD and the run uses momentum, else the learning rate."""
     from tasks.algorithms import ALGORITHMS
 
+    dp = cfg.privacy.models
+    if dp.clip is not None and (dp.noise_multiplier or dp.local_noise_multiplier):
+        noises = [f"{key} is {z:g}" for key, z in (("privacy.models.noise_multiplier", dp.noise_multiplier),
+                                                    ("privacy.models.local_noise_multiplier",
+                                                     dp.local_noise_multiplier)) if z]
+        return (f"{' and '.join(noises)} with privacy.models.clip {dp.clip:g} (noise of std multiplier × clip on "
+                "the updates): lower the noise multiplier or the clip (or lower train.optimizer.lr)")
     method, opt = ALGORITHMS.get(cfg.algorithm.name), cfg.train.optimizer
     if method.plain_sgd and opt.momentum > 0:
         return (f"{method.name}'s update assumes plain SGD and train.optimizer.momentum is {opt.momentum:g}: "

@@ -161,6 +161,19 @@ def test_a_bad_model_or_dataset_reference_is_one_line(lab, key, value, problem):
     assert problem in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
+def test_an_outside_loader_that_returns_no_dataset_is_one_line(lab):
+    from orchestrator.experiment.datasets import _loader_options
+    from tasks.data.datasets import load_dataset
+    from tasks.registry import PluginError
+
+    (lab / "my_lab" / "nothing.py").write_text("def load(opts):\n    return None\n")
+    with working_directory(lab):
+        cfg = load_config("lab.yaml", ["data.dataset=my_lab.nothing:load"])
+        with pytest.raises(PluginError) as e:
+            load_dataset(_loader_options(cfg))
+    assert str(e.value) == "the loader of dataset 'my_lab.nothing:load' returned NoneType, not an ArrayDataset"
+
+
 def installed_distribution(site: Path, monkeypatch, name: str, group: str, entry_point: str) -> Path:
     """A distribution's metadata in `site`, put on sys.path as pip installs it, giving one entry point in `group`;
     its dist-info directory is returned, to rewrite the entry points."""

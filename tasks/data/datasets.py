@@ -19,6 +19,7 @@ from tasks.data.dataset_types import (  # noqa: F401  (re-exported)
     DatasetNotFound,
     not_a_loader,
 )
+from tasks.registry import PluginError
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +102,8 @@ def load_dataset(opts) -> ArrayDataset:
     import tasks.data.torchvision_sets  # noqa: F401  (registers mnist, fmnist, emnist, cifar10, cifar100)
 
     ds = DATASETS.get(opts.dataset)(opts)
+    if not isinstance(ds, ArrayDataset):
+        raise PluginError(f"the loader of dataset {opts.dataset!r} returned {type(ds).__name__}, not an ArrayDataset")
     if opts.pad and ds.x_train.ndim == 4:
         p = opts.pad
         ds.x_train = np.pad(ds.x_train, ((0, 0), (0, 0), (p, p), (p, p)))

@@ -95,7 +95,7 @@ def run_claims(cfg, out_dir: Path, seeds: list[int] | None = None, address: str 
             continue
         echo(f"{cfg.name} / {setting}")
         comps[setting] = compare(with_overrides(base, overrides), claims.methods, seeds, out_dir / setting,
-                                 address=address, echo=echo)
+                                 address=address, echo=echo, out_option="--results")
         comps[setting].require_finished(f"{cfg.name} / {setting}")
     verdicts = [paired_verdict(c, comps[c.setting], c.metric or claims.metric) for c in claims.checks]
     return comps, verdicts
@@ -231,7 +231,8 @@ def configure(parser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CLAIMS_CONFIG", help="default: configs/claims/*.yaml")
     parser.add_argument("--out", default="docs/claims.md", metavar="MARKDOWN",
                         help="report to write; sections of configs not run this time are kept (default: docs/claims.md)")
-    parser.add_argument("--results", default="results/claims", help="directory for the per-setting tables")
+    parser.add_argument("--results", default="results/claims",
+                        help="directory for the per-setting tables; one command at a time writes it (and the report)")
     parser.add_argument("--seeds", default=None, help="override the configs' seeds (comma-separated)")
     parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
                         help="an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto); default: RAY_ADDRESS "
@@ -249,6 +250,7 @@ def configure(parser) -> None:
 
 def main(args) -> int:
     from orchestrator.experiment.config import ConfigError, load_config
+    from orchestrator.io.output_lock import holding_output
     from pipelines.compare import dotted_set, parse_list, refuse_shadowed
 
     apply_outside_code(args)
@@ -263,21 +265,36 @@ def main(args) -> int:
                         {**{f"{cfg.name}: setting {s}": o for s, o in cfg.claims.settings.items()},
                          **{f"{cfg.name}: method {m}": o for m, o in cfg.claims.methods.items()}})
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or None
+    check_outputs(args, configs)
     if not args.report_only:
         for cfg in configs:  # every protocol's every run checked before the first starts
             check_protocol(cfg, seeds)
-    sections = {}
-    for cfg, path in zip(configs, paths):
-        comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,
-                                     echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
-        command = " ".join(["mooring claims", path, *(f"--budget {args.budget}" for _ in [0] if args.budget != "short"),
-                            *(f"--seeds {args.seeds}" for _ in [0] if args.seeds),
-                            *(f"--set {o}" for o in args.overrides)])
-        sections[cfg.name] = render_section(cfg, comps, verdicts, command)
-        (Path(args.results) / cfg.name / "verdicts.json").write_text(
-            json.dumps([v.__dict__ for v in verdicts], indent=1))
-        print(sections[cfg.name])
-    write_report(sections, Path(args.out))
+    with holding_output(args.results, "--results"):  # the report too: two commands would each drop the other's sections
+        sections = {}
+        for cfg, path in zip(configs, paths):
+            comps, verdicts = run_claims(cfg, Path(args.results) / cfg.name, seeds, args.address,
+                                         echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only)
+            command = " ".join(["mooring claims", path,
+                                *(f"--budget {args.budget}" for _ in [0] if args.budget != "short"),
+                                *(f"--seeds {args.seeds}" for _ in [0] if args.seeds),
+                                *(f"--set {o}" for o in args.overrides)])
+            sections[cfg.name] = render_section(cfg, comps, verdicts, command)
+            (Path(args.results) / cfg.name / "verdicts.json").write_text(
+                json.dumps([v.__dict__ for v in verdicts], indent=1))
+            print(sections[cfg.name])
+        write_report(sections, Path(args.out))
     print(f"wrote {args.out}")
     return 0
+
+
+def check_outputs(args, configs) -> None:
+    """The report and every directory the protocols write (--results/CONFIG/SETTING) can be written, or one line,
+    before anything runs."""
+    from orchestrator.io.output_lock import check_output_dir, check_report_file
+
+    check_report_file(args.out, "--out")
+    check_output_dir(args.results, "--results")
+    for cfg in configs:
+        for setting in cfg.claims.settings:
+            check_output_dir(Path(args.results) / cfg.name / setting, "--results")
 

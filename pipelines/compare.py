@@ -235,10 +235,24 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
 # ------------------------------------------------------------------------------------------ pipeline
 def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
-            echo=print, progress: bool = True, baseline: str | None = None) -> Comparison:
-    """Every variant × seed (see the module's docstring); every variant's config is checked before Ray starts and
-    its actors against the cluster before the first run (orchestrator/driver/preflight.py). With `baseline`, the report
-    adds the paired differences against it (pipelines/paired.py)."""
+            echo=print, progress: bool = True, baseline: str | None = None, out_option: str = "--out") -> Comparison:
+    """Every variant × seed (see the module's docstring); `out_dir` and every variant's config are checked before
+    Ray starts and its actors against the cluster before the first run (orchestrator/driver/preflight.py), and
+    `out_dir` is held from then on (orchestrator/io/output_lock.py; a refusal names it as `out_option`). With
+    `baseline`, the report adds the paired differences against it (pipelines/paired.py)."""
+    from orchestrator.io.output_lock import check_output_dir, holding_output
+
+    check_parallel(parallel, "parallel")
+    check_output_dir(out_dir, out_option)
+    jobs = plan_jobs(base, variants, seeds, actors_per_run)
+    with holding_output(out_dir, out_option):
+        return _compare(base, variants, seeds, out_dir, jobs, address, parallel, actors_per_run, echo, progress,
+                        baseline)
+
+
+def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, jobs: list[Job],
+             address: str | None, parallel: int | None, actors_per_run: int, echo, progress: bool,
+             baseline: str | None) -> Comparison:
     from orchestrator.driver.preflight import check_devices, check_variants
     from orchestrator.driver.signals import RunInterrupted
     from orchestrator.ray_runtime.ray_start import ensure_ray
@@ -246,8 +260,6 @@ def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir
     from orchestrator.reporting.tracking import Tracker
     from pipelines.reports import write_comparison_report
 
-    check_parallel(parallel, "parallel")
-    jobs = plan_jobs(base, variants, seeds, actors_per_run)
     ensure_ray(address)
     check_variants({f"variant {j.variant}": j.cfg for j in jobs[:len(variants)]},
                    lambda cfg: check_devices(cfg, actors_per_run))
@@ -306,7 +318,8 @@ def configure(parser) -> None:
                         help="every registered method but the protocol variants (fedavg_pm, local_pm, ...)")
     parser.add_argument("--seeds", default=None, metavar="S,S,...", help="comma-separated seeds (default: the config's seed)")
     parser.add_argument("--out", default="results/compare", metavar="DIR",
-                        help="directory for the tables, histories and plot (default: results/compare)")
+                        help="directory for the tables, histories and plot (default: results/compare); one "
+                             "command at a time writes it")
     parser.add_argument("--parallel", type=int, default=None, metavar="N",
                         help="runs at once (default: as many as the cluster's CPUs hold)")
     parser.add_argument("--output-json", default=None, metavar="PATH",

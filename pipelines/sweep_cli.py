@@ -8,7 +8,6 @@ finished trials kept in the study's storage.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from orchestrator.commands.common import add_address_arg, add_outside_code_arg, apply_outside_code
 
@@ -32,6 +31,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
+    from orchestrator.commands.common import check_output_file
     from orchestrator.experiment.config import ConfigError
     from pipelines.sweep import best_recorded_on_test, load_best, print_result, run_sweep
     from pipelines.sweep_driver import format_params
@@ -49,8 +49,7 @@ def main(args) -> int:
     if args.best:
         trial, cfg = load_best(sweep)
         out = args.out or f"best-{sweep.study_name}.yaml"
-        if not Path(out).absolute().parent.is_dir():
-            raise ConfigError(f"--out {out}: directory {Path(out).absolute().parent} does not exist")
+        check_output_file(out, "--out")
         with open(out, "w") as f:
             f.write(cfg.to_yaml())
         print(f"best trial {trial.number}: {metric} = {trial.value:.6f} ({shown(trial.value, metric)})  {format_params(trial.params)}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -125,7 +127,7 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
             continue
         echo(f"{run.setting}: {', '.join(run.variants)} × seeds {', '.join(map(str, seeds))}")
         comps[run.setting] = compare(run.base, run.variants, seeds, results / run.setting, address=address,
-                                     parallel=parallel, echo=echo, progress=progress)
+                                     parallel=parallel, echo=echo, progress=progress, out_option="--results")
     return comps
 
 
@@ -251,7 +253,8 @@ def configure(parser) -> None:
                         help="report to write (default: docs/tables/<paper>.md; <paper>.<budget>.md for another "
                              "budget)")
     parser.add_argument("--results", default=None, metavar="DIR",
-                        help="directory for each setting's comparison (default: results/tables/<paper>/<budget>)")
+                        help="directory for each setting's comparison (default: results/tables/<paper>/<budget>); "
+                             "one command at a time writes it")
     parser.add_argument("--seeds", default=None, metavar="S,S,...", help="override the budget's seeds")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override every run (a smaller budget: --set train.rounds=5); recorded in the report")
@@ -309,12 +312,14 @@ def main(args) -> int:
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)  # docs/tables/ in a fresh clone
     check_output_file(str(out), "--out")
-    if not args.report_only and (problems := preflight(runs, seeds)):
-        raise ConfigError("; ".join(problems))  # before any run, not after the first settings' hours
     results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
-    comps = run_settings(runs, seeds, results, args.address, args.parallel,
-                         echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only,
-                         progress=not args.quiet)
+    # --report-only reads the results, writing only the report: it needs neither the lock nor a writable --results
+    with nullcontext() if args.report_only else holding_results(results, [r.setting for r in runs if r.variants]):
+        if not args.report_only and (problems := preflight(runs, seeds)):
+            raise ConfigError("; ".join(problems))  # before any run, not after the first settings' hours
+        comps = run_settings(runs, seeds, results, args.address, args.parallel,
+                             echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only,
+                             progress=not args.quiet)
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
                            {r.setting: r.base for r in runs}, reproduce_command(args, default_out(spec, plan.name)),
@@ -323,6 +328,20 @@ def main(args) -> int:
     print(report)
     print(f"wrote {out}")
     return 0
+
+
+@contextmanager
+def holding_results(results: Path, subdirs: list[str]) -> Iterator[None]:
+    """`results` and its `subdirs` (where each setting's comparison or the tuning writes) checked, and `results`
+    held by this command for the block: one line, before anything runs, where either fails
+    (orchestrator/io/output_lock.py)."""
+    from orchestrator.io.output_lock import check_output_dir, holding_output
+
+    check_output_dir(results, "--results")
+    for subdir in subdirs:
+        check_output_dir(results / subdir, "--results")
+    with holding_output(results, "--results"):
+        yield
 
 
 def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
@@ -341,10 +360,11 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     # tuned from the file's own values: the earlier choices are not the starting point of the new search
     untuned = replace(plan, tuned={})
     run = setting_run(spec, untuned, spec.tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
-    if problems := preflight([run], [spec.tuning.seed]):
-        raise ConfigError("; ".join(problems))
-    out = tune(spec, run, args.config, results, args.address, args.parallel, echo=lambda s: print(s, file=sys.stderr),
-               cli_overrides=args.overrides)
+    with holding_results(results, ["tuning"]):
+        if problems := preflight([run], [spec.tuning.seed]):
+            raise ConfigError("; ".join(problems))
+        out = tune(spec, run, args.config, results, args.address, args.parallel,
+                   echo=lambda s: print(s, file=sys.stderr), cli_overrides=args.overrides)
     print(f"wrote {out}")
     return 0
 

@@ -30,25 +30,33 @@ def holding(run_dir: str) -> Iterator[None]:
     fd = os.open(Path(run_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes
     try:
         _lock(fd, run_dir)
-        _write_holder(fd)
+        write_holder(fd)
         yield
     finally:
         os.close(fd)
 
 
 def _lock(fd: int, run_dir: str) -> None:
+    holder = try_lock(fd)
+    if holder is not None:
+        raise RunDirInUse(f"{run_dir} is in use by another run ({holder}); wait for it to end, or stop it "
+                          "(SIGINT or SIGTERM checkpoints it) and resume then")
+
+
+def try_lock(fd: int) -> str | None:
+    """Take the exclusive lock on `fd` without waiting: None once taken, else the holder's line from the file."""
     import fcntl
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-        raise RunDirInUse(f"{run_dir} is in use by another run ({holder}); wait for it to end, or stop it "
-                          "(SIGINT or SIGTERM checkpoints it) and resume then") from None
+        return os.pread(fd, 1000, 0).decode(errors="replace").strip().split("\n")[0] or "another process"
+    return None
 
 
-def _write_holder(fd: int) -> None:
+def write_holder(fd: int, command: str | None = None) -> None:
     """Only informative (the lock itself is the flock): not written on a full disk is no failure."""
     with suppress(OSError):
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        what = f": {command}" if command else ""
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}{what}\n".encode(), 0)

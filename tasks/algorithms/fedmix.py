@@ -7,8 +7,9 @@ training approximates Mixup with another client's mean (x̄_j, ȳ_j) to first or
     ℓ = (1 − λ)·CE(f((1 − λ)x_i), y_i) + λ·CE_soft(f((1 − λ)x_i), ȳ_j)
         + (1 − λ)·λ·⟨∂CE(f(u), y_i)/∂u |_{u=(1−λ)x_i}, x̄_j⟩
 
-(the paper's Eq. 5: the first-order term is the Taylor expansion of the (1 − λ)-weighted local term). Each local sample is paired with a mean drawn uniformly from the other clients' means at every
-step. The server averages as FedAvg.
+(the paper's Eq. 5: the input-gradient term expands the (1 − λ)-weighted local term, hence its (1 − λ)). Each
+local sample is paired with a mean drawn uniformly from the other clients' means at every step. The server averages
+as FedAvg.
 """
 from __future__ import annotations
 

@@ -95,6 +95,7 @@ AVERAGING_ALSO |= {"mixup", "fedmix"}
 SETUP_EXCHANGE = {"feddebias", "fedgen", "fedmix"}
 # the drift-correction and server-side baselines (issue 38)
 STATEFUL |= {"scaffold", "feddyn", "fedbn"}
+SETUP_EXCHANGE |= {"feddyn"}  # each client's sample count, for alpha_per_client (sent only with it on)
 PERSONALIZED |= {"fedbn"}
 NO_GLOBAL_MODEL |= {"fedbn"}
 UPLOADS_TRAINED_MODEL = {"fedavg", "fedprox", "fedavgm", "groupdro"}

@@ -66,3 +66,17 @@ def test_a_run_judges_the_calibrated_model_and_trains_the_uncalibrated_one(tmp_p
 def test_calibration_needs_a_global_model():
     with pytest.raises(ConfigError, match="algorithm.calibration.*local has no global model"):
         load_config("configs/default.yaml", ["algorithm.name=local", "algorithm.calibration.name=ccvr"])
+
+
+def test_calibration_of_creff_is_refused_in_one_line(capsys):
+    """CReFF evaluates its body under the classifier it re-trains on the server (state["head"]), so a calibrated
+    "model" would leave its accuracy equal to accuracy_uncalibrated: refused at config check (exit 2)."""
+    from orchestrator.cli import main
+
+    with pytest.raises(ConfigError, match="algorithm.calibration = 'ccvr': creff evaluates a global model of its own"):
+        load_config("configs/default.yaml", ["algorithm.name=creff", "algorithm.calibration.name=ccvr"])
+    load_config("configs/default.yaml", ["algorithm.name=creff"])  # without calibration it runs
+    assert main(["config", "check", "configs/default.yaml", "--set", "algorithm.name=creff",
+                 "--set", "algorithm.calibration.name=ccvr"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "CCVR would change nothing" in line

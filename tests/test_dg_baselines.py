@@ -171,7 +171,9 @@ def test_fedmix_loss_on_a_linear_model_by_hand():
     soft = -(0.5 * math.log(0.5) + 0.5 * math.log(0.5))
     grad_u = torch.tensor([[1.0, 0.0], [0.0, 2.0]]).T @ (p - torch.tensor([1.0, 0.0]))  # (−0.5, 1.0)
     taylor = float(grad_u @ mean_x[0])  # −0.5 − 1.0
-    expected = (1 - lam) * ce + lam * soft + lam * taylor
+    # the first-order term expands the (1 − λ)-weighted local term: (1 − λ)·λ·⟨∂CE/∂u, x̄_j⟩ (Eq. 5)
+    expected = (1 - lam) * ce + lam * soft + (1 - lam) * lam * taylor
+    assert expected == pytest.approx(0.75 * math.log(2) + 0.25 * math.log(2) - 0.75 * 0.25 * 1.5)
     assert float(fedmix_loss(model, x, y, mean_x, mean_y, lam)) == pytest.approx(expected, rel=1e-6)
     assert u.tolist() == [3.0, 1.5]
 

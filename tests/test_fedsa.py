@@ -197,6 +197,36 @@ def test_client_sends_only_prototypes_of_its_classes(name, params):
     assert set(results) == expected_rules and results["acc"] == results["proto"]
 
 
+def test_fedproto_reports_pm_l_and_pm_v_by_the_nearest_global_prototype_by_hand():
+    """FedNH's FedProto.py scores PM(L) (`labeldist`) and PM(V) (`validclass`) on the global test set by the nearest
+    global prototype. Body Linear(3, 2) = [[1, 0, 0], [0, 1, 0]], no bias, ReLU: h = relu(x₀, x₁)."""
+    setup = Setup(num_classes=2, input_shape=(3,), num_clients=2, model_name="mlp",
+                  model_options={"hidden": [], "feature_dim": 2}, train=TrainSettings())
+    algo = ALGORITHMS.get("fedproto")(FedProtoParams(homogeneous_model=True), setup)
+    model = {**algo.initial_model(0), "body.1.weight": torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]),
+             "body.1.bias": torch.zeros(2)}
+    x = torch.tensor([[1.0, 0.0, 2.0], [0.5, -1.0, 0.0], [0.0, 1.0, 1.0]])  # h = (1, 0), (0.5, 0), (0, 1)
+    y = torch.tensor([0, 1, 1])
+    payload = {"protos": torch.tensor([[1.0, 0.0], [0.0, 1.0]]), "proto_mask": torch.tensor([True, True])}
+    ctx = RoundContext(round=1, seed=0, train=setup.train, generator=torch.Generator().manual_seed(0))
+    # predicted 0, 0, 1: right, wrong, right
+    for train_y, pm_l, pm_v in ((torch.tensor([0, 0, 1]), (2 / 3 + 1 / 3, 2 / 3 + 1 / 3 + 1 / 3), (2.0, 3.0)),
+                                (torch.tensor([1, 1, 1]), (1.0, 2.0), (1.0, 2.0))):
+        data = ClientData(0, x, train_y, x[:0], train_y[:0], num_classes=2, global_x_test=x, global_y_test=y)
+        results = algo.client_evaluate(payload, data, {"model": model}, ctx)
+        assert results["pm_l"] == pytest.approx(pm_l) and results["pm_v"] == pytest.approx(pm_v)
+    no_global = ClientData(0, x, y, x, y, num_classes=2)
+    assert "pm_l" not in algo.client_evaluate(payload, no_global, {"model": model}, ctx)
+
+
+def test_fedproto_logs_the_pm_metrics_fednhs_table_reads(tmp_path):
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}", "algorithm.name=fedproto",
+                                               "data.client_test_fraction=0.0", "train.rounds=2", "train.local_epochs=1"])
+    last = run_in_process(cfg, prepare_data(cfg))[-1]
+    for key in ("personalized_pm_l_client_mean", "personalized_pm_v_client_mean"):  # configs/tables/fednh.yaml
+        assert 0.0 < last[key] <= 1.0, key
+
+
 # ---------------------------------------------------------------------------------------- federated runs
 @pytest.mark.parametrize("name", ["fedsa", "fedproto"])
 def test_learns_on_digits(tmp_path, name):

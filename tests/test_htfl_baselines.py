@@ -74,6 +74,25 @@ def test_fedgen_draws_generator_labels_from_every_clients_counts_and_trains_its_
     assert set(labels.tolist()) <= {0, 3, 7}
 
 
+def test_fedgen_keeps_the_trained_generator_only_where_asked():
+    """keep_generator: true sends the generator the server trained (train_generator's result) to the next round;
+    false (HtFLlib's servergen.py, which never saves it) leaves the initial generator in place, head averaged alike."""
+    updates = [ClientUpdate(0, 1, tensors=head(0.1, 0.0)), ClientUpdate(1, 3, tensors=head(0.3, 0.2))]
+    kept, dropped = make("fedgen", server_steps=2), make("fedgen", server_steps=2, keep_generator=False)
+    _, _, _, state = one_round(kept, 0)
+    initial = {k: v.clone() for k, v in state["generator"].items()}
+    new_kept, new_dropped = kept.aggregate(state, updates, 0), dropped.aggregate(state, updates, 0)
+    trained = kept.train_generator(state, updates, 0)
+    assert all(torch.equal(new_kept["generator"][k], trained[k]) for k in trained)
+    assert any(not torch.equal(trained[k], initial[k]) for k in trained)
+    assert all(torch.equal(new_dropped["generator"][k], initial[k]) for k in initial)
+    for name, v in new_kept["head"].items():
+        assert torch.equal(new_dropped["head"][name], v)
+    assert torch.allclose(new_dropped["head"]["classifier.weight"], torch.full((C, D), (0.1 + 3 * 0.3) / 4))
+    payload = dropped.payload(new_dropped, 1)
+    assert all(torch.equal(payload["generator"][k], initial[k]) for k in initial)
+
+
 def test_fedgen_trains_its_generator_against_the_sample_weighted_ensemble_of_heads():
     z = torch.tensor([[1.0, 2.0]])
     h1 = {"classifier.weight": torch.tensor([[1.0, 0.0], [0.0, 1.0]]), "classifier.bias": torch.tensor([0.0, 4.0])}

@@ -173,6 +173,87 @@ def test_ditto_personal_step_by_hand():
         assert torch.allclose(kept["personal"][k], v - LR * (g + 0.5 * (v - payload["model"][k])), atol=1e-6), k
 
 
+# ------------------------------------------------ the personal part's optimizer (FedNH's code: plain SGD)
+# momentum, weight decay and a clip that binds: the run's optimizer differs from plain SGD from the first step
+RUN = TrainSettings(rounds=2, local_epochs=2, batch_size=64, lr=LR, momentum=0.9, weight_decay=0.1, grad_clip=1e-3)
+
+
+def run_round(alg, data, client_state):
+    payload = alg.payload(alg.init_global(), 0)
+    ctx2 = RoundContext(round=0, seed=0, train=RUN, generator=torch.Generator().manual_seed(0))
+    update, kept = alg.client_update(payload, data, client_state, ctx2)
+    return payload, update, kept
+
+
+def run_optimizer_steps(tensors: dict, loss_of, steps: int) -> dict:
+    """`steps` of torch.optim.SGD (RUN's momentum and weight decay) after clip_grad_norm_, on full batches."""
+    leaves = [v.clone().requires_grad_(True) for v in tensors.values()]
+    optimizer = torch.optim.SGD(leaves, lr=LR, momentum=RUN.momentum, weight_decay=RUN.weight_decay)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss_of(dict(zip(tensors, leaves))).backward()
+        torch.nn.utils.clip_grad_norm_(leaves, RUN.grad_clip)
+        optimizer.step()
+    return {k: v.detach() for k, v in zip(tensors, leaves)}
+
+
+@pytest.mark.parametrize("choice", ["plain_sgd", "run"])
+def test_fedrod_personal_head_steps_by_plain_sgd_whatever_the_run_optimizer(choice):
+    """FedNH's p_head_optimizer: SGD(lr) alone. Two full-batch passes: p ← p − lr·∇CE(φ_G(h) + φ_P(h)) twice, on the
+    generic part as its own phase (momentum, weight decay, clipping) left it; `run`: torch's SGD after clipping."""
+    alg, data = algorithm("fedrod", personal_optimizer=choice), client()
+    start = alg.init_client(data)
+    payload, update, kept = run_round(alg, data, start)
+    with torch.no_grad():
+        h, z = functional_call(alg.new_model(), {**update.tensors, **start["personal_head"]}, (data.x,),
+                               {"return_features": True})
+
+    def loss_of(p):
+        return F.cross_entropy(z + h @ p["personal_head.weight"].T + p["personal_head.bias"], data.y)
+
+    head = dict(start["personal_head"])
+    if choice == "plain_sgd":
+        for _ in range(2):
+            leaves = {k: v.clone().requires_grad_(True) for k, v in head.items()}
+            grads = torch.autograd.grad(loss_of(leaves), list(leaves.values()))
+            head = {k: (v - LR * g).detach() for (k, v), g in zip(head.items(), grads)}
+    else:
+        head = run_optimizer_steps(head, loss_of, 2)
+    for k, v in head.items():
+        assert torch.allclose(kept["personal_head"][k], v, atol=1e-6), k
+
+
+def test_fedrod_plain_sgd_personal_head_needs_a_phase_of_its_own():
+    assert algorithm("fedrod").params.personal_optimizer == "plain_sgd"
+    assert algorithm("fedrod", separate=False).params.personal_optimizer == "run"  # one optimizer, both heads
+    with pytest.raises(ValueError, match="personal_optimizer plain_sgd needs separate: true"):
+        algorithm("fedrod", separate=False, personal_optimizer="plain_sgd")
+
+
+@pytest.mark.parametrize("choice", ["plain_sgd", "run"])
+def test_ditto_personal_model_steps_by_plain_sgd_whatever_the_run_optimizer(choice):
+    """FedNH's DittoOptimizer: v ← v − lr·(∇CE(v) + λ(v − w^t)), no momentum or weight decay; two full-batch passes.
+    `run`: torch's SGD after clipping, on the same objective."""
+    alg, data = algorithm("ditto", lam=0.5, personal_optimizer=choice), client()
+    personal = {k: v + 0.1 for k, v in alg.init_global()["model"].items()}
+    payload, update, kept = run_round(alg, data, {"personal": personal})
+    model, anchor = alg.new_model(), payload["model"]
+
+    def ce(p):
+        return F.cross_entropy(functional_call(model, p, (data.x,)), data.y)
+
+    v = dict(personal)
+    if choice == "plain_sgd":
+        for _ in range(2):
+            leaves = {k: t.clone().requires_grad_(True) for k, t in v.items()}
+            grads = torch.autograd.grad(ce(leaves), list(leaves.values()))
+            v = {k: (t - LR * (g + 0.5 * (t - anchor[k]))).detach() for (k, t), g in zip(v.items(), grads)}
+    else:
+        v = run_optimizer_steps(v, lambda p: ce(p) + 0.25 * sum(((p[k] - anchor[k]) ** 2).sum() for k in p), 2)
+    for k, t in v.items():
+        assert torch.allclose(kept["personal"][k], t, atol=1e-6), k
+
+
 # -------------------------------------------------------------------------------------------- CReFF
 def test_match_distance_by_hand():
     real = [torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([1.0, 1.0])]

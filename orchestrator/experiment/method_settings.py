@@ -24,6 +24,10 @@ def method_settings_refusal(cfg) -> tuple[str, object, str]:
             return f"algorithm.{key}", setting.name, f"{method.name} has no global model to {key.replace('_', ' ')}"
         if cfg.participation.mode == "buffered":
             return f"algorithm.{key}", setting.name, "buffered aggregation has no round to apply it to"
+    if algorithm.calibration is not None and builds_own_global_model(method):
+        return ("algorithm.calibration", algorithm.calibration.name,
+                f"{method.name} evaluates a global model of its own making (CReFF: the body under its re-trained "
+                "classifier), which the calibrated classifier would not replace: CCVR would change nothing")
     if algorithm.calibration is not None and cfg.privacy_settings.active:
         return ("algorithm.calibration", algorithm.calibration.name,
                 "CCVR's class means and covariances would leave the clients unprotected by the privacy block")
@@ -31,6 +35,15 @@ def method_settings_refusal(cfg) -> tuple[str, object, str]:
         return ("algorithm.server_optimizer", algorithm.server_optimizer.name,
                 "fedavgm already steps its server momentum (algorithm.fedavgm); run fedavg with a server optimiser")
     return "", None, ""
+
+
+def builds_own_global_model(method) -> bool:
+    """Whether the method evaluates a global model of its own making rather than its state's "model" (CReFF's
+    re-trained head), where calibration puts its calibrated classifier."""
+    from tasks.algorithms.base import Algorithm
+    from tasks.algorithms.capabilities import defines
+
+    return defines(method, Algorithm, "global_model")
 
 
 def optimizer_note(cfg) -> str:

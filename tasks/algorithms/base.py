@@ -288,15 +288,22 @@ class Phase:
     trains: tuple[str, ...] | None = None
     holds: tuple[str, ...] = ()
     local_epochs: int | None = None  # its passes over the data (None: train.local_epochs; train.local_steps rules)
+    # plain SGD at the round's learning rate, whatever train.* sets: no momentum, weight decay or gradient clipping
+    # (FedNH's code trains FedRoD's personal head and Ditto's personal model so)
+    plain_sgd: bool = False
 
     def trains_parameter(self, name: str) -> bool:
         return (self.trains is None or name.startswith(self.trains)) and not name.startswith(self.holds)
 
     def context(self, ctx: RoundContext) -> RoundContext:
-        """The client's round context for this phase: its passes over the data, the same generator."""
-        if self.local_epochs is None:
-            return ctx
-        return dataclasses.replace(ctx, train=dataclasses.replace(ctx.train, local_epochs=self.local_epochs))
+        """The client's round context for this phase: its passes over the data and its optimizer, the same
+        generator."""
+        train = ctx.train
+        if self.local_epochs is not None:
+            train = dataclasses.replace(train, local_epochs=self.local_epochs)
+        if self.plain_sgd:
+            train = dataclasses.replace(train, optimizer="sgd", momentum=0.0, weight_decay=0.0, grad_clip=None)
+        return ctx if train is ctx.train else dataclasses.replace(ctx, train=train)
 
     def inputs(self, inputs: State) -> State:
         return {**inputs, "phase": self.name}

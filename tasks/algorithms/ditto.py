@@ -7,12 +7,16 @@ round left it (θ⁰ at first), for `personal_epochs` passes on
 
     CE(v_k) + (λ/2)·‖v_k − w^t‖²,
 
-w^t held fixed. Both models of a client are one parameter set on the engines (`PairedModel`: the global copy under
-`global_model.`, the personal one under `personal.`), trained in two phases, so the vectorized engine trains them too.
+w^t held fixed, by plain SGD at the round's rate (`personal_optimizer: plain_sgd`, FedNH's DittoOptimizer) or the
+run's optimizer (`run`). Both models of a client are one parameter set on the engines (`PairedModel`: the global
+copy under `global_model.`, the personal one under `personal.`), trained in two phases, so the vectorized engine
+trains them too.
 GM = the averaged global model; personalized model = v_k after one more round's update (docs/methods/fednh.md §12.1),
 or v_k as its last participation left it (`personal_model: latest`).
 """
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 from torch import nn
@@ -42,6 +46,9 @@ class DittoParams(PersonalEvalParams):
                             description="λ: pull of the personal model toward the global one (FedNH's code: 0.75)")
     personal_epochs: int | None = Field(None, ge=1, description="passes training the personal model (null: "
                                         "train.local_epochs, as FedNH's code)")
+    personal_optimizer: Literal["plain_sgd", "run"] = Field(
+        "plain_sgd", description="how the personal model trains: plain_sgd, plain SGD at the round's learning rate (no "
+        "momentum, weight decay or clipping: FedNH's DittoOptimizer), or run, train.optimizer and train.grad_clip")
 
 
 class PairedModel(FLModel):
@@ -81,7 +88,8 @@ class Ditto(PersonalizedModel, Algorithm):
     def local_objective(self, payload, data, client_state, ctx):
         start = {**with_prefix(GLOBAL, payload["model"]), **with_prefix(PERSONAL, client_state["personal"])}
         phases = (Phase("global", trains=(GLOBAL,)),
-                  Phase("personal", trains=(PERSONAL,), local_epochs=self.params.personal_epochs))
+                  Phase("personal", trains=(PERSONAL,), local_epochs=self.params.personal_epochs,
+                        plain_sgd=self.params.personal_optimizer == "plain_sgd"))
         return LocalObjective(start=start, inputs={"anchor": on_device(payload["model"], ctx.device)},
                               model_key=PAIR, phases=phases)
 

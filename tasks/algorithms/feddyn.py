@@ -13,10 +13,17 @@ sends θ_k^t. The server keeps h (zero at first):
 
 with m every client. The mean is uniform, as in the paper (algorithm.averaging: samples weighs it by n_k). Both
 regulariser terms are a `local_loss`, so FedDyn trains on both engines.
+
+`alpha_per_client` (the authors' code, `alpha_coef / weight_list[clnt]`): client k's α is α_k = α / (n_k / n̄), n̄
+the mean sample count over all m clients, which every client sends once before round 0 (the set-up exchange); it
+replaces α in the client's objective and state update. The server's h/α is −(1/m)·Σ_rounds Σ_k (θ_k − θ),
+whatever α, so the server step is unchanged (the code's cloud model: the active mean plus the mean over all
+clients of Σ(θ_k − θ)).
 """
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
 from tasks.algorithms.base import (
     Algorithm,
@@ -36,6 +43,8 @@ from tasks.algorithms.scaffold import zeros_like_parameters
 
 class FedDynParams(HyperParams):
     alpha: float = searchable(0.01, 1e-3, 0.1, log=True, gt=0, description="α: weight of the dynamic regulariser")
+    alpha_per_client: bool = Field(False, description="client k's α scaled to α / (n_k / n̄), n̄ the mean sample count "
+                                   "over all clients (the authors' code); false: one α for every client (the paper)")
 
 
 def linear_term(params: dict[str, torch.Tensor], grad_state: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -57,17 +66,41 @@ class FedDyn(Algorithm):
     def init_client(self, data):
         return {"grad": zeros_like_parameters(self.working_model())}
 
+    # ------------------------------------------------------------------ the set-up exchange (alpha_per_client)
+    def client_setup(self, data, generator):
+        if not self.params.alpha_per_client:
+            return {}
+        return {"samples": torch.tensor(float(data.num_samples), dtype=torch.float64)}
+
+    def server_setup(self, state, contributions):
+        counts = [c["samples"] for c in contributions if "samples" in c]
+        return {**state, "mean_samples": torch.stack(counts).mean()} if counts else state
+
+    def payload(self, state, round_idx):
+        return {k: v for k, v in state.items() if k in ("model", "mean_samples")}
+
+    def client_alpha(self, payload, data) -> float:
+        """α, or with alpha_per_client α_k = α / (n_k / n̄) (the authors' code's alpha_coef / weight_list[k])."""
+        if not self.params.alpha_per_client:
+            return self.params.alpha
+        if "mean_samples" not in payload:
+            raise ValueError("feddyn: alpha_per_client needs every client's sample count, sent in the set-up exchange")
+        return self.params.alpha * float(payload["mean_samples"]) / max(data.num_samples, 1)
+
+    # ------------------------------------------------------------------ client half
     def local_objective(self, payload, data, client_state, ctx):
         inputs = {"anchor": on_device(payload["model"], ctx.device), "grad": on_device(client_state["grad"], ctx.device)}
+        if self.params.alpha_per_client:  # a tensor, so the vectorized engine stacks it per client
+            inputs["alpha"] = torch.tensor(self.client_alpha(payload, data), device=ctx.device)
         return LocalObjective(start=payload["model"], inputs=inputs)
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):
-        """CE − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α/2)·‖θ − θ^{t−1}‖² (docs/methods/feddyn.md §2)."""
+        """CE − ⟨∇L_k(θ_k^{t−1}), θ⟩ + (α_k/2)·‖θ − θ^{t−1}‖² (docs/methods/feddyn.md §2)."""
         return (cross_entropy(logits, y, weight) + linear_term(params, inputs["grad"])
-                + proximal_term(params, inputs["anchor"], self.params.alpha))
+                + proximal_term(params, inputs["anchor"], inputs.get("alpha", self.params.alpha)))
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
-        alpha, start = self.params.alpha, on_device(payload["model"], "cpu")  # where `trained` is
+        alpha, start = self.client_alpha(payload, data), on_device(payload["model"], "cpu")  # where `trained` is
         grad = {k: g - alpha * (trained[k] - start[k]) for k, g in client_state["grad"].items()}
         return ClientUpdate(data.client_id, data.num_samples, tensors=trained,
                             metrics={"train_loss": train_loss}), {"grad": grad}

@@ -9,7 +9,10 @@ server-trained feature generator whose samples regularise the clients' heads.
   CE(head(G(ŷ, u)), ŷ) with `train.batch_size` labels ŷ drawn from the label distribution and fresh noise, no
   gradient into G; it sends its head.
 - Server: trains G for `server_steps` Adam steps (`generator_lr`) so that the sample-weighted ensemble of the
-  heads it was sent, Σ_k (n_k/n)·head_k(G(ŷ, u)), classifies ŷ; then the head is their sample-weighted mean.
+  heads it was sent, Σ_k (n_k/n)·head_k(G(ŷ, u)), classifies ŷ, and keeps it for the next round's clients
+  (`keep_generator`, the paper's FedGen); then the head is their sample-weighted mean. HtFLlib's `servergen.py`
+  trains a copy loaded from disk and never saves it, so its clients always draw from the initial generator:
+  `keep_generator: false` runs that, skipping a training whose result nothing reads.
 - Evaluation: each client's extractor with the global head, by the head (argmax).
 Engines: sequential only (`not_vectorized`).
 """
@@ -48,6 +51,9 @@ class FedGenParams(PrivateModelParams):
     generator_lr: float = searchable(0.1, 0.001, 0.3, log=True, gt=0, description="the generator's Adam rate (-glr 0.1)")
     server_steps: int = searchable(100, 10, 200, integer=True, ge=1,
                                    description="Adam steps of the generator per round (-se 100)")
+    keep_generator: bool = Field(True, description="keep the generator the server trains each round and send it to "
+                                 "the clients (the paper's FedGen); false: HtFLlib's servergen.py, which never stores "
+                                 "it, so the clients draw from the initial generator every round")
 
 
 class FeatureGenerator(nn.Module):
@@ -123,9 +129,10 @@ class FedGen(LGFedAvg):
     def aggregate(self, state, updates: list[ClientUpdate], round_idx: int):
         if not updates:
             return state
-        generator = self.train_generator(state, updates, round_idx)
         head = weighted_average([u.tensors for u in updates], [u.num_samples for u in updates])
-        return {**state, "generator": generator, "head": head}
+        if not self.params.keep_generator:  # HtFLlib trains a copy and drops it: the same state, without the work
+            return {**state, "head": head}
+        return {**state, "generator": self.train_generator(state, updates, round_idx), "head": head}
 
     # ------------------------------------------------------------------ client half
     def client_update(self, payload, data: ClientData, client_state, ctx: RoundContext):

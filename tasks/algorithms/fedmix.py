@@ -4,10 +4,12 @@ their mean one-hot labels, each the mean of M samples); the server pools them an
 training approximates Mixup with another client's mean (x̄_j, ȳ_j) to first order, on the scaled input
 (1 − λ)·x_i, without ever seeing another client's samples:
 
-    ℓ = (1 − λ)·CE(f((1 − λ)x_i), y_i) + λ·CE_soft(f((1 − λ)x_i), ȳ_j) + λ·⟨∂CE(f(u), y_i)/∂u |_{u=(1−λ)x_i}, x̄_j⟩
+    ℓ = (1 − λ)·CE(f((1 − λ)x_i), y_i) + λ·CE_soft(f((1 − λ)x_i), ȳ_j)
+        + (1 − λ)·λ·⟨∂CE(f(u), y_i)/∂u |_{u=(1−λ)x_i}, x̄_j⟩
 
-(the paper's Eq. 5). Each local sample is paired with a mean drawn uniformly from the other clients' means at every
-step. The server averages as FedAvg.
+(the paper's Eq. 5: the input-gradient term expands the (1 − λ)-weighted local term, hence its (1 − λ)). Each
+local sample is paired with a mean drawn uniformly from the other clients' means at every step. The server averages
+as FedAvg.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def fedmix_loss(model, x: torch.Tensor, y: torch.Tensor, mean_x: torch.Tensor, m
     # ∂CE_i/∂u_i per sample: the batch mean's gradient times the batch size (sample i's loss reads only u_i)
     grad_u = torch.autograd.grad(ce, scaled, create_graph=True)[0] * len(x)
     taylor = (grad_u * mean_x).flatten(1).sum(dim=1).mean()
-    return (1.0 - lam) * ce + lam * soft_cross_entropy(logits, mean_y) + lam * taylor
+    return (1.0 - lam) * ce + lam * soft_cross_entropy(logits, mean_y) + (1.0 - lam) * lam * taylor
 
 
 @register

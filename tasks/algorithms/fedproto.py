@@ -11,6 +11,10 @@
 - Evaluation (§4.3, §10.10, §10.14): every client's private model on its own test split, sample-weighted, by
   "head" (argmax of its head), "proto" (nearest global prototype, the code's rule) and, in FedSA, "anchor".
   The HEADLINE "acc" is "proto", the rule the code reports; before the first aggregation it scores 0.
+- PM(L) and PM(V) (FedNH's Table 1, docs/methods/fednh.md §5.2): where the clients see a global test set, the same
+  private model by the headline rule on it, weighted per class by the client's training label frequencies / by the
+  presence of the class, as FedNH's FedProto.py scores `labeldist` and `validclass` by the nearest global
+  prototype (`pm_l`, `pm_v`).
 
 Engines: the loss is a `local_loss`, and the features met in training are recorded by whichever engine trains
 (`LocalObjective.record_seen`), so FedProto trains on the vectorized engine too, one batch of clients per
@@ -34,7 +38,8 @@ from tasks.algorithms.base import (
     cross_entropy,
     searchable,
 )
-from tasks.algorithms.private_models import PrivateModelParams, PrivateModels
+from tasks.algorithms.personal import pm_accuracies
+from tasks.algorithms.private_models import PrivateModelParams, PrivateModels, eval_outputs
 from tasks.algorithms.prototypes import (
     mean_nearest_neighbour_distance,
     mean_of_present,
@@ -143,3 +148,16 @@ class FedProto(PrivateModels):
         """rule -> (features, logits) -> predicted labels."""
         protos, mask = payload["protos"], payload["proto_mask"]
         return {**super().prediction_rules(payload), "proto": lambda h, logits: nearest_prototype(h, protos, mask)}
+
+    def client_evaluate(self, payload, data: ClientData, client_state, ctx: RoundContext):
+        """The private model on its own test split by every rule; on the global test set, where there is one,
+        PM(L) and PM(V) by the headline rule (FedNH's FedProto.py)."""
+        out = super().client_evaluate(payload, data, client_state, ctx)
+        if data.global_y_test is None or not len(data.global_y_test):
+            return out
+        model = self.private_model(self.architecture(data.client_id), self.evaluated_state(payload, client_state),
+                                   ctx.device)
+        h, logits = eval_outputs(model, data.global_x_test.to(ctx.device))
+        y = data.global_y_test.cpu()
+        correct = self.prediction_rules(payload)[self.headline](h, logits).cpu() == y
+        return {**out, **pm_accuracies(correct, y, data)}

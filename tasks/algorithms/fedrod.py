@@ -8,14 +8,18 @@ shared, and a personal head each client keeps (docs/methods/fedrod.md).
   skew on top of the generic prediction.
 - `separate` (FedNH's scripts, default): the generic part for `train.local_epochs` passes, then the personal head for
   as many, as two Phases; false: both on each batch, one optimizer step on the sum (the paper's Algorithm 1, PFLlib).
+- `personal_optimizer`: the personal head's phase steps by plain SGD at the round's rate (FedNH's `p_head_optimizer`,
+  default) or by the run's optimizer; the joint step of `separate: false` is one optimizer, the run's.
 - Server: the sample-weighted mean of body and generic head; GM = body + generic head. Personalized model: predicts
   φ_G(h) + φ_P(h), after one more round's update (docs/methods/fednh.md §12.1) or as left (`personal_model: latest`).
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from tasks.algorithms.base import (
@@ -37,6 +41,19 @@ ABSENT_COUNT = 1e-12  # FedNH's code: the count given to a class the client does
 class FedRoDParams(PersonalEvalParams):
     separate: bool = Field(True, description="train the personal head after the generic part, in a phase of its own "
                            "(FedNH's scripts); false: both on every batch (the paper's Algorithm 1)")
+    personal_optimizer: Literal["plain_sgd", "run"] | None = Field(
+        None, description="how the personal head's phase trains: plain_sgd, plain SGD at the round's learning rate (no "
+        "momentum, weight decay or clipping: FedNH's p_head_optimizer), or run, train.optimizer and train.grad_clip; "
+        "null: plain_sgd with separate: true, run with separate: false (one optimizer steps both heads)")
+
+    @model_validator(mode="after")
+    def personal_phase_for_plain_sgd(self):
+        if self.personal_optimizer is None:
+            self.personal_optimizer = "plain_sgd" if self.separate else "run"
+        elif self.personal_optimizer == "plain_sgd" and not self.separate:
+            raise ValueError("personal_optimizer plain_sgd needs separate: true (with separate: false one optimizer "
+                             "steps both heads on every batch)")
+        return self
 
 
 def log_class_prior(counts: torch.Tensor) -> torch.Tensor:
@@ -105,7 +122,8 @@ class FedRoD(PersonalizedModel, Algorithm):
         inputs = {"log_prior": log_class_prior(data.class_counts()).to(ctx.device)}
         if not self.params.separate:
             return LocalObjective(start=start, inputs=inputs, phases=(Phase("joint"),))
-        phases = (Phase("generic", holds=(PERSONAL_HEAD,)), Phase("personal", trains=(PERSONAL_HEAD,)))
+        plain = self.params.personal_optimizer == "plain_sgd"
+        phases = (Phase("generic", holds=(PERSONAL_HEAD,)), Phase("personal", trains=(PERSONAL_HEAD,), plain_sgd=plain))
         return LocalObjective(start=start, inputs=inputs, phases=phases)
 
     def local_loss(self, params, x, y, h, logits, inputs, weight=None):

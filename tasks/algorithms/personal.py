@@ -68,6 +68,14 @@ def weighted_correct(correct: torch.Tensor, y: torch.Tensor, class_weight: torch
     return float((w * correct.double()).sum()), float(w.sum())
 
 
+def pm_accuracies(correct: torch.Tensor, y: torch.Tensor, data: ClientData) -> dict[str, tuple[float, float]]:
+    """PM(L) and PM(V) of predictions on the global test set (`correct` per sample, `y` its labels): weighted per
+    class by the client's training label frequencies / by the presence of the class (docs/methods/fednh.md §5.2)."""
+    counts = data.class_counts().double().cpu()
+    return {"pm_l": weighted_correct(correct, y, counts / counts.sum().clamp_min(1.0)),
+            "pm_v": weighted_correct(correct, y, (counts > 0).double())}
+
+
 def personalized_accuracies(model: nn.Module, data: ClientData, device=None) -> dict[str, tuple[float, float]]:
     """acc on the client's own test split; PM(L) and PM(V) on the global test set as the client sees it."""
     to = (lambda t: t.to(device)) if device is not None else (lambda t: t)
@@ -77,10 +85,7 @@ def personalized_accuracies(model: nn.Module, data: ClientData, device=None) -> 
         out["acc"] = (float(own.sum()), float(len(own)))
     if data.global_x_test is not None:
         y = data.global_y_test.cpu()
-        correct = predictions(model, to(data.global_x_test)) == y
-        counts = data.class_counts().double().cpu()
-        out["pm_l"] = weighted_correct(correct, y, counts / counts.sum().clamp_min(1.0))
-        out["pm_v"] = weighted_correct(correct, y, (counts > 0).double())
+        out.update(pm_accuracies(predictions(model, to(data.global_x_test)) == y, y, data))
     return out
 
 

@@ -746,7 +746,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = safe_yaml.load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
-    except safe_yaml.YamlTooLarge as e:
+    except safe_yaml.YamlRefused as e:
         raise ConfigError(f"--set {key}=...: value refused: {e}") from None
     return key.split("."), value
 
@@ -790,7 +790,7 @@ def parse_yaml_mapping(text: str, path: str | Path) -> dict[str, Any]:
     and in what its aliases expand to (orchestrator/experiment/safe_yaml.py)."""
     try:
         raw = safe_yaml.load(text)
-    except safe_yaml.YamlTooLarge as e:
+    except safe_yaml.YamlRefused as e:
         raise ConfigError(f"{path}: YAML refused: {e}") from None
     except yaml.constructor.ConstructorError as e:
         mark = getattr(e, "problem_mark", None)

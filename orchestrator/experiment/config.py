@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from orchestrator.experiment import safe_yaml
+from tasks.typed_values import TypedValues
 
 
 class ConfigError(Exception):
@@ -33,7 +34,7 @@ class NestedFieldError(ValueError):
     """A problem inside a block validated by another schema (an algorithm's or a model's), keeping its path."""
 
     def __init__(self, path: str, value: Any, msg: str):
-        super().__init__(f"{path} = {value!r}: {msg}")
+        super().__init__(f"{path} = {shown(value)}: {msg}")
         self.path, self.value, self.msg = path, value, msg
 
     @classmethod
@@ -54,8 +55,9 @@ def validate_block(schema: type[BaseModel], block: dict | None, prefix: str) -> 
         raise NestedFieldError(prefix, block, "must be a mapping of hyperparameters") from None
 
 
-class Strict(BaseModel):
-    """Unknown keys are errors; so are infinite and NaN floats (a learning rate of .inf trains nothing)."""
+class Strict(TypedValues):
+    """Unknown keys are errors; so are infinite and NaN floats (a learning rate of .inf trains nothing), booleans
+    for numbers and integers past 64 bits (tasks/typed_values.py)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -717,6 +719,16 @@ def printable(text: str) -> str:
     return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
 
 
+def shown(value: Any) -> str:
+    """repr(value) for a message; Python prints no integer past 4,300 digits, so such a value is described."""
+    if isinstance(value, int) and value.bit_length() > 4000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<a {type(value).__name__} holding an integer too long to print>"
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     """The first problem of a pydantic error as one line: field, value given, what is allowed."""
     e = err.errors()[0]
@@ -725,15 +737,15 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     nested = (e.get("ctx") or {}).get("error")
     if isinstance(nested, NestedFieldError):
         path = ".".join(p for p in (where if where != "(top level)" else "", printable(nested.path)) if p)
-        return f"{source}: {path} = {nested.value!r}: {nested.msg}"
+        return f"{source}: {path} = {shown(nested.value)}: {nested.msg}"
     if e["type"] == "extra_forbidden":
-        return f"{source}: unknown key '{where}' (value {e['input']!r}); check the spelling against `mooring config show`"
+        return f"{source}: unknown key '{where}' (value {shown(e['input'])}); check the spelling against `mooring config show`"
     if e["type"] == "literal_error":
-        return f"{source}: {where} = {e['input']!r}: {msg}"
+        return f"{source}: {where} = {shown(e['input'])}: {msg}"
     value = e.get("input")
     if isinstance(value, dict):
         return f"{source}: {where}: {msg}"
-    return f"{source}: {where} = {value!r}: {msg}"
+    return f"{source}: {where} = {shown(value)}: {msg}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

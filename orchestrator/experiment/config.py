@@ -655,8 +655,8 @@ class ExperimentConfig(Strict):
         return self
 
     def participation_covers_clients(self) -> None:
-        """The traces name the federation's clients: a row for each in the system trace, and only its clients in
-        the availability trace (an id past data.num_clients would never be sampled; docs/participation.md)."""
+        """The traces name the federation's clients and only them: a row for each in the system trace, and no id
+        past data.num_clients in either (such a client would never be sampled; docs/participation.md)."""
         from orchestrator.server.participation import (
             clients_outside,
             read_availability_trace,
@@ -664,7 +664,11 @@ class ExperimentConfig(Strict):
         )
 
         trace = self.participation.system.trace
-        missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
+        rows = read_system_trace(trace) if trace else {}
+        stranger = clients_outside(rows, self.data.num_clients) if trace else None
+        if stranger:
+            raise NestedFieldError("participation.system.trace", trace, stranger)
+        missing = sorted(set(range(self.data.num_clients)) - set(rows)) if trace else []
         if missing:
             raise NestedFieldError("participation.system.trace", trace,
                                    f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")

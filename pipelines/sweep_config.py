@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
@@ -36,6 +36,7 @@ class _Range(Strict):
     """low..high, optionally log-scaled; `grid` lists the values the grid sampler tries (default: evenly
     spaced points, log-spaced where log)."""
 
+    max_int: ClassVar[int | None] = None  # a grid over 10³⁰ integers is counted, never listed (grid_count)
     low: float
     high: float
     log: bool = False

@@ -8,8 +8,13 @@ sweep FILE --best`: search spaces from one point to 10³⁰ (counted, never list
 The same for the files a config points at (issue 36): availability and system traces and outside modules through
 `config check`, and LEAF files through their loaders (a refusal's exception must be one the CLI reports with exit 2).
 
-CASES examples run in `make test` (MOORING_PROPERTY_CASES to change it), a quarter of that for each kind of file;
-docs/how-to/configure.md, "Bad input", reports the numbers."""
+Read strictly: each bad setting of a kind once taken for something else (a boolean for a number, an
+integer past 64 bits or too long to print, a layer of no width, a key given twice, a trace naming a client twice or
+outside the federation, besides wrong types and unknown keys) is exit 2 with one line naming it, through --set or a
+file, and the Python API raises the same line; good values give the same config through --set, a file and the API.
+
+CASES examples run in `make test` (MOORING_PROPERTY_CASES to change it), a quarter of that for each kind of file
+and half (at least 60) for each strict check; docs/how-to/configure.md, "Bad input", reports the numbers."""
 from __future__ import annotations
 
 import hashlib
@@ -18,6 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -293,3 +299,192 @@ def test_any_sweep_file_loads_or_fails_in_one_line(body, file_name, study, max_f
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert code == 2 or "no study" in lines[0], err
     assert tree_digest(PRE_EXISTING) == before
+
+
+# ------------------------------------------------------------------------------------ read strictly
+# Every bad value of a kind Mooring once took for something else is refused, with exit 2 and one line naming the
+# key (or the YAML line); a good value reaches the same config through --set, a YAML file and the Python API.
+# Typed fields are read off the default config; model options and traces are generated per model and per trace.
+STRICT_CASES = max(60, CASES // 2)
+STRICT_FILES = Path(tempfile.mkdtemp(prefix="mooring-strict-"))
+DEFAULT_VALUES = flatten(load_config(DEFAULT).to_dict())
+INT_FIELDS = sorted(k for k, v in DEFAULT_VALUES.items() if type(v) is int)
+FLOAT_FIELDS = sorted(k for k, v in DEFAULT_VALUES.items() if type(v) is float)
+BOOL_FIELDS = sorted(k for k, v in DEFAULT_VALUES.items() if type(v) is bool)
+# every width of a built-in model, and the model's other options set to fit it
+WIDTHS = [("mlp", "feature_dim", ""), ("mlp", "hidden", "list"), ("digits_cnn", "channels", "list"),
+          ("digits_cnn_bn", "feature_dim", ""), ("acar_cnn", "hidden", ""), ("acar_cnn", "channels", ""),
+          ("acar_cnn", "feature_dim", ""), ("mixed_digits_cnn", "feature_dim", ""), ("groupnorm_cnn", "groups", ""),
+          ("groupnorm_cnn", "channels", "list"), ("resnet18_gn", "width", ""), ("resnet18_gn", "groups", ""),
+          ("resnet18_gn", "feature_dim", ""), ("vgg11", "width", ""), ("htfe_resnet10", "width", ""),
+          ("htfe_cnn", "feature_dim", ""), ("fedsa_digits_2", "feature_dim", ""), ("char_rnn", "hidden", ""),
+          ("char_rnn", "embed_dim", "")]
+YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "inf", "nan", "infinity"}
+
+
+def as_yaml(value) -> str:
+    """`value` as one line of YAML that reads back as `value` (a string quoted where YAML would read another type)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip().removesuffix(
+        "...").strip()
+
+
+def nested(key: str, text: str) -> str:
+    """A YAML document setting the dotted `key` to the YAML `text`, one block per level."""
+    *sections, leaf = key.split(".")
+    return "".join(f"{'  ' * i}{s}:\n" for i, s in enumerate(sections)) + f"{'  ' * len(sections)}{leaf}: {text}\n"
+
+
+letters = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8).filter(
+    lambda s: s not in YAML_WORDS)
+unknown_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8).map(lambda s: "zz" + s)
+
+
+@st.composite
+def bad_input(draw) -> dict:
+    """A bad setting: {kind, key, text (its YAML), value (the Python value, when it has one), expect (what the line
+    must say)}; or a whole file (kind "file"), or a trace."""
+    kind = draw(st.sampled_from(["bool_for_number", "number_for_bool", "past_64_bits", "too_long", "no_width",
+                                 "wrong_type", "unknown_key", "twice", "system_trace", "availability_trace"]))
+    if kind == "bool_for_number":
+        key, value = draw(st.sampled_from(INT_FIELDS + FLOAT_FIELDS)), draw(st.booleans())
+        return dict(kind=kind, key=key, value=value, expect=f"{key} = {value}: expected ")
+    if kind == "number_for_bool":
+        key = draw(st.sampled_from(BOOL_FIELDS))
+        value = draw(st.one_of(st.integers(-2, 10**6), st.floats(allow_nan=False, allow_infinity=False),
+                               st.sampled_from(["yes", "no", "true", "0", "on", "1"])))
+        return dict(kind=kind, key=key, value=value, expect=f"{key} = {value!r}: expected true or false")
+    if kind == "past_64_bits":
+        key = draw(st.sampled_from(INT_FIELDS))
+        value = draw(st.integers(2**63, 10**99)) * draw(st.sampled_from([1, -1]))
+        return dict(kind=kind, key=key, value=value, expect=f"{key} = {value}: ")
+    if kind == "too_long":
+        key, digits = draw(st.sampled_from(INT_FIELDS + FLOAT_FIELDS)), draw(st.integers(101, 6000))
+        return dict(kind=kind, key=key, text=draw(st.sampled_from(["", "-"])) + "7" * digits,
+                    expect=f"an integer of {digits} digits at line ")
+    if kind == "no_width":
+        model, option, shape = draw(st.sampled_from(WIDTHS))
+        width = draw(st.integers(-10**6, 0))
+        value = draw(st.lists(st.integers(1, 64), min_size=1, max_size=2)) + [width] if shape == "list" else width
+        return dict(kind=kind, key="model", value={"name": model, option: value},
+                    expect=f"model.{option}{f'.{len(value) - 1}' if shape else ''} = {width}: Input should be greater "
+                           "than or equal to ")
+    if kind == "wrong_type":
+        key = draw(st.sampled_from(INT_FIELDS + FLOAT_FIELDS))
+        value = draw(st.one_of(letters, st.lists(st.integers(0, 9), min_size=1, max_size=3),
+                               st.dictionaries(letters, st.integers(0, 9), min_size=1, max_size=2)))
+        return dict(kind=kind, key=key, value=value, expect=key)
+    if kind == "unknown_key":
+        section = draw(st.sampled_from(sorted({k.rsplit(".", 1)[0] for k in DEFAULT_VALUES if "." in k}) + [""]))
+        key = ".".join(p for p in (section, draw(unknown_names)) if p)
+        return dict(kind=kind, key=key, value=draw(st.integers(0, 9)), expect=key)
+    if kind == "twice":  # a key repeated at some level of a field's path, in a file
+        path = draw(st.sampled_from(sorted(DEFAULT_VALUES))).split(".")
+        level = draw(st.integers(0, len(path) - 1))
+        head = "".join(f"{'  ' * i}{s}:\n" for i, s in enumerate(path[:level]))
+        once = nested(".".join(path[level:]), as_yaml(DEFAULT_VALUES[".".join(path)]))
+        body = "".join("  " * level + line + "\n" for line in once.splitlines())
+        return dict(kind=kind, document=head + body + body, expect=f"key '{path[level]}' given twice, at line ")
+    clients = list(range(10))  # the default federation's
+    if kind == "system_trace":
+        extra = draw(st.one_of(st.integers(10, 10**6), st.sampled_from(clients)))
+        rows = draw(st.permutations(clients)) + [extra]
+        expect = "participation.system.trace = " + (f"'{{path}}': client {extra} is not in the federation"
+                                                      if extra >= 10 else f"'{{path}}': line {len(rows) + 1}: client "
+                                                      f"{extra} has a row already")
+        return dict(kind=kind, trace="client,speed,bandwidth\n" + "".join(f"{c},1.5,100\n" for c in rows),
+                    expect=expect)
+    twice = draw(st.sampled_from(clients))
+    spelled = draw(st.sampled_from([f"0{twice}", f"00{twice}", str(twice)]))
+    body = ", ".join([f'"{twice}": [[0, 5]]', f'"{spelled}": [[6, 9]]'])
+    expect = ("key" if spelled == str(twice) else f"client {twice} is listed") + " "
+    return dict(kind=kind, trace="{" + body + "}", expect=f"participation.availability.trace = '{{path}}': {expect}")
+
+
+@settings(max_examples=STRICT_CASES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                          HealthCheck.function_scoped_fixture])
+@given(bad=bad_input(), via=st.sampled_from(["set", "file"]), action=st.sampled_from(["check", "show"]))
+def test_each_bad_setting_is_one_line_naming_it_and_exit_2(bad, via, action, capsys):
+    import mooring
+    from mooring.errors import MooringError
+
+    path, expect, argv = DEFAULT, bad["expect"], []
+    if "trace" in bad:
+        trace = STRICT_FILES / ("system.csv" if bad["kind"] == "system_trace" else "availability.json")
+        trace.write_text(bad["trace"])
+        key = "participation.system.trace" if bad["kind"] == "system_trace" else "participation.availability.trace"
+        argv = [f"--set={key}={trace}"] + (["--set=participation.availability.kind=trace"]
+                                            if "availability" in key else [])
+        expect = expect.replace("{path}", str(trace))
+    elif "document" in bad or via == "file":
+        path = str(STRICT_FILES / "config.yaml")
+        text = bad.get("document") or nested(bad["key"], bad["text"] if "text" in bad else as_yaml(bad["value"]))
+        Path(path).write_text(text)
+    else:
+        argv = [f"--set={bad['key']}={bad['text'] if 'text' in bad else as_yaml(bad['value'])}"]
+    code, err = check(["config", action, path, *argv], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (code, err)
+    assert expect in lines[0], (expect, lines[0])
+    if "value" in bad and via == "set":  # the Python API says the same
+        with pytest.raises(MooringError) as refused:
+            mooring.config(DEFAULT, {bad["key"]: bad["value"]})
+        assert lines[0] == f"error: {refused.value}"
+
+
+GOOD_VALUES = {
+    "seed": st.integers(0, 2**32 - 1),
+    "name": st.from_regex(r"[A-Za-z][A-Za-z0-9._+-]{0,20}", fullmatch=True),
+    "data.num_clients": st.integers(2, 500),
+    "data.test_fraction": st.floats(0, 0.9),
+    "data.pad": st.integers(0, 4),
+    "data.partition.alpha": st.floats(1e-3, 1e3),
+    "data.partition.min_size": st.integers(0, 50),
+    "data.partition.cap": st.booleans(),
+    "data.partition.select": st.sampled_from(["largest", "random", "first"]),
+    "model.hidden": st.lists(st.integers(1, 512), max_size=3),
+    "model.feature_dim": st.integers(1, 512),
+    "model.final_relu": st.booleans(),
+    "algorithm.fedprox.mu": st.floats(0, 10),
+    "train.rounds": st.integers(1, 10**12),
+    "train.batch_size": st.integers(1, 4096),
+    "train.local_epochs": st.integers(1, 20),
+    "train.fraction": st.floats(0.01, 1.0),
+    "train.drop_last": st.booleans(),
+    "train.optimizer.lr": st.floats(1e-6, 10),
+    "train.optimizer.momentum": st.floats(0, 0.99),
+    "train.group_steps": st.one_of(st.just("auto"), st.integers(1, 10**6)),
+    "train.grad_clip": st.one_of(st.none(), st.floats(1e-3, 100)),
+    "eval.every": st.integers(1, 100),
+    "eval.batch_size": st.integers(1, 10**5),
+    "resources.cpus_per_actor": st.floats(0.1, 16),
+    "resources.resident_clients": st.one_of(st.none(), st.integers(1, 10**6)),
+    "checkpoint.every": st.one_of(st.just("auto"), st.integers(0, 1000)),
+    "participation.system.slow_classes": st.lists(st.integers(0, 9), max_size=3),
+}
+
+
+def merged(raw: dict, key: str, value) -> None:
+    *sections, leaf = key.split(".")
+    for s in sections:
+        raw = raw.setdefault(s, {})
+    raw[leaf] = value
+
+
+@settings(max_examples=STRICT_CASES, deadline=None)
+@given(values=st.lists(st.sampled_from(sorted(GOOD_VALUES)), min_size=1, max_size=5, unique=True).flatmap(
+    lambda keys: st.fixed_dictionaries({k: GOOD_VALUES[k] for k in keys})))
+def test_each_good_setting_reads_the_same_from_set_a_file_and_the_api(values):
+    import mooring
+    from orchestrator.experiment.config import read_yaml
+
+    by_set = load_config(DEFAULT, [f"{k}={as_yaml(v)}" for k, v in values.items()])
+    raw = read_yaml(DEFAULT)
+    for key, value in values.items():
+        merged(raw, key, value)
+    path = STRICT_FILES / "good.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    by_file = load_config(path)
+    by_api = mooring.config(DEFAULT, values)
+    assert by_set == by_file == by_api
+    read = flatten(by_file.to_dict())
+    assert {k: read[k] for k in values} == values

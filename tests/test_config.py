@@ -170,3 +170,116 @@ def test_anchors_and_aliases_within_the_limits_are_read(tmp_path):
     shared = tmp_path / "shared.yaml"
     shared.write_text("data: &d {num_clients: 3}\nx: *d\ny: " + "[" * 98 + "]" * 98 + "\n")
     assert read_yaml(shared)["x"] == {"num_clients": 3}
+
+
+# ------------------------------------------------- read strictly: each key once, each value of its own type
+@pytest.mark.parametrize("text, key, first, second", [
+    ("train:\n  rounds: 3\ntrain:\n  batch_size: 8\n", "train", "line 1, column 1", "line 3, column 1"),
+    ("train: {rounds: 3, rounds: 4}\n", "rounds", "line 1, column 9", "line 1, column 20"),
+    ("algorithm:\n  name: fedprox\n  fedprox:\n    mu: 0.1\n    mu: 0.2\n", "mu", "line 4, column 5",
+     "line 5, column 5"),
+    ("seed: 1\n'seed': 2\n", "seed", "line 1, column 1", "line 2, column 1"),  # quoting makes no other key
+])
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, capsys, text, key, first, second):
+    from orchestrator.cli import main
+
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    assert main(["config", "check", str(path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"error: {path}: YAML refused: key '{key}' given twice, at {first} and at {second}; give each key once"
+
+
+def test_a_key_given_twice_in_a_set_value_is_refused_and_a_merge_may_still_override(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        load_config(DEFAULT, ["train={rounds: 3, rounds: 4}"])
+    assert str(refused.value) == ("--set train=...: value refused: key 'rounds' given twice, at line 1, column 2 "
+                                  "and at line 1, column 13; give each key once")
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("train:\n  <<: {rounds: 3, batch_size: 8}\n  rounds: 5\n")
+    cfg = load_config(merged)
+    assert (cfg.train.rounds, cfg.train.batch_size) == (5, 8)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.rounds=true", "train.rounds = True: expected an integer, not a boolean (true/false)"),
+    ("seed=false", "seed = False: expected an integer, not a boolean (true/false)"),
+    ("train.clients_per_round=true", "train.clients_per_round = True: expected an integer, not a boolean "
+                                     "(true/false)"),
+    ("train.group_steps=true", "train.group_steps = True: expected an integer, not a boolean (true/false)"),
+    ("train.optimizer.lr=true", "train.optimizer.lr = True: expected a number, not a boolean (true/false)"),
+    ("algorithm.fedprox.mu=true", "algorithm.fedprox.mu = True: expected a number, not a boolean (true/false)"),
+    ("model.hidden=[32, true]", "model.hidden.1 = True: expected an integer, not a boolean (true/false)"),
+    ("model.feature_dim=yes", "model.feature_dim = True: expected an integer, not a boolean (true/false)"),
+    ("participation.system.slow_classes=[1, false]",
+     "participation.system.slow_classes.1 = False: expected an integer, not a boolean (true/false)"),
+    ("train.drop_last=1", "train.drop_last = 1: expected true or false"),
+    ("data.partition.cap=0.0", "data.partition.cap = 0.0: expected true or false"),
+    ("tracking.enabled='yes'", "tracking.enabled = 'yes': expected true or false"),
+    ("train.rounds=9223372036854775808", "train.rounds = 9223372036854775808: out of range: at most "
+                                         "9223372036854775807"),
+    ("model.hidden=[100000000000000000000]", "model.hidden.0 = 100000000000000000000: out of range: at most "
+                                             "9223372036854775807"),
+])
+def test_a_boolean_is_no_number_a_number_no_boolean_and_integers_fit_64_bits(override, message):
+    assert error_of([override]) == f"configs/default.yaml: {message}"
+
+
+def test_numbers_and_booleans_of_their_own_type_are_read_as_before():
+    cfg = load_config(DEFAULT, ["train.optimizer.lr=1e-3", "train.rounds=5.0", "train.drop_last=true",
+                                "data.partition.alpha=1", "train.group_steps=auto", "model.hidden=[16, 8]"])
+    assert (cfg.train.optimizer.lr, cfg.train.rounds, cfg.train.drop_last, cfg.data.partition.alpha) == (
+        0.001, 5, True, 1.0)
+    assert cfg.model.options["hidden"] == [16, 8]
+
+
+def test_an_integer_too_long_to_print_is_one_line_from_a_file_a_set_and_the_api(tmp_path, capsys):
+    import mooring
+    from mooring.errors import MooringError
+    from orchestrator.cli import main
+
+    big = tmp_path / "big.yaml"
+    big.write_text(f"seed: {'1' * 5000}\n")
+    assert main(["config", "show", str(big)]) == 2
+    assert main(["config", "check", DEFAULT, f"--set=train.rounds={'9' * 5000}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {big}: YAML refused: an integer of 5000 digits at line 1, column 7 (at most 100 digits are read)",
+        "error: --set train.rounds=...: value refused: an integer of 5000 digits at line 1, column 1 (at most 100 "
+        "digits are read)"]
+    with pytest.raises(MooringError) as refused:
+        mooring.config(DEFAULT, train={"rounds": 10**5000})
+    assert str(refused.value) == ("configs/default.yaml: train.rounds = <an integer of about 5000 digits>: out of "
+                                  "range: at most 9223372036854775807")
+    with pytest.raises(MooringError) as refused:
+        mooring.config(DEFAULT, seed=10**5000)
+    assert str(refused.value) == ("configs/default.yaml: seed = <an integer of about 5000 digits>: Input should be "
+                                  "less than or equal to 4294967295")
+    with pytest.raises(MooringError, match=r"^configs/default.yaml: train.rounds = True: expected an integer"):
+        mooring.config(DEFAULT, train={"rounds": True})
+
+
+@pytest.mark.parametrize("model, option, value", [
+    ("mlp", "feature_dim", "0"), ("mlp", "hidden", "[0]"), ("mlp", "hidden", "[64, -1]"),
+    ("digits_cnn", "channels", "[0, 8]"), ("digits_cnn_bn", "feature_dim", "-1"), ("acar_cnn", "hidden", "0"),
+    ("acar_cnn", "channels", "0"), ("acar_cnn", "feature_dim", "-5"), ("mixed_digits_cnn", "feature_dim", "0"),
+    ("groupnorm_cnn", "groups", "0"), ("groupnorm_cnn", "channels", "[8, 0]"), ("resnet18_gn", "width", "0"),
+    ("resnet18_gn", "groups", "0"), ("resnet18_gn", "feature_dim", "0"), ("fedsa_digits_1", "feature_dim", "0"),
+    ("htfe_cnn", "feature_dim", "-1"),
+])
+def test_a_layer_of_no_width_is_refused_by_config_check(capsys, model, option, value):
+    from orchestrator.cli import main
+
+    assert main(["config", "check", DEFAULT, f"--set=model={{name: {model}, {option}: {value}}}"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(rf"error: {DEFAULT}: model\.{option}(\.\d)? = -?\d+: Input should be greater than or equal "
+                        r"to 1", line), line
+
+
+def test_a_width_refused_before_the_model_is_built():
+    from tasks.algorithms.dann import DANNParams
+    from tasks.models import build_model
+
+    with pytest.raises(ValueError, match="feature_dim"):
+        build_model("mlp", (64,), 10, {"feature_dim": 0}, init="he_normal")  # was a ZeroDivisionError
+    with pytest.raises(ValueError, match="width"):
+        DANNParams(width=0)

@@ -111,6 +111,8 @@ def test_a_trace_gives_each_clients_intervals_and_may_repeat(workdir, tmp_path):
     ("{not json", "not JSON"),
     ('{"x": [[0, 1]]}', "'x' is not a client id"),
     ('{"0": [[5, 1]]}', "client 0: expected a list of \\[start, end\\] pairs"),
+    ('{"3": [[0, 1]], "03": [[1, 2]]}', "client 3 is listed twice \\(as '3' and '03'\\); list each client once"),
+    ('{"3": [[0, 1]], "3": [[1, 2]]}', "key '3' given twice in one object; give each key once"),
 ])
 def test_a_bad_availability_trace_is_one_line(workdir, tmp_path, content, message):
     trace = tmp_path / "avail.json"
@@ -132,6 +134,20 @@ def test_a_system_trace_replaces_the_draws_and_must_cover_every_client(workdir, 
     cfg = load_config("configs/default.yaml", TINY + workdir + [f"participation.system.trace={trace}"])
     server = Server(cfg, prepare_data(cfg))
     assert server.participation.systems.speed.tolist() == [float(c + 1) for c in range(8)]
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("".join(f"{c},1,1\n" for c in range(8)) + "3,2,2\n",
+     "line 10: client 3 has a row already \\(line 5\\); one row per client"),
+    ("".join(f"{c},1,1\n" for c in range(8)) + "12,1,1\n",
+     "client 12 is not in the federation \\(data.num_clients = 8: clients 0 .. 7\\)"),
+    ("".join(f"{c},1,1\n" for c in (0, 1, 2, 3, 4, 5, 6, 6)), "line 9: client 6 has a row already"),
+])
+def test_a_system_trace_naming_a_client_twice_or_outside_the_federation_is_one_line(workdir, tmp_path, rows, message):
+    trace = tmp_path / "system.csv"
+    trace.write_text("client,speed,bandwidth\n" + rows)
+    with pytest.raises(ConfigError, match=f"^configs/default.yaml: participation.system.trace = '{trace}': {message}"):
+        load_config("configs/default.yaml", TINY + workdir + [f"participation.system.trace={trace}"])
 
 
 def test_slow_classes_slow_their_holders_by_their_share(workdir):

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from orchestrator.experiment import safe_yaml
+from tasks.typed_values import TypedValues
 
 
 class ConfigError(Exception):
@@ -33,7 +34,7 @@ class NestedFieldError(ValueError):
     """A problem inside a block validated by another schema (an algorithm's or a model's), keeping its path."""
 
     def __init__(self, path: str, value: Any, msg: str):
-        super().__init__(f"{path} = {value!r}: {msg}")
+        super().__init__(f"{path} = {shown(value)}: {msg}")
         self.path, self.value, self.msg = path, value, msg
 
     @classmethod
@@ -54,8 +55,9 @@ def validate_block(schema: type[BaseModel], block: dict | None, prefix: str) -> 
         raise NestedFieldError(prefix, block, "must be a mapping of hyperparameters") from None
 
 
-class Strict(BaseModel):
-    """Unknown keys are errors; so are infinite and NaN floats (a learning rate of .inf trains nothing)."""
+class Strict(TypedValues):
+    """Unknown keys are errors; so are infinite and NaN floats (a learning rate of .inf trains nothing), booleans
+    for numbers and integers past 64 bits (tasks/typed_values.py)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -653,8 +655,8 @@ class ExperimentConfig(Strict):
         return self
 
     def participation_covers_clients(self) -> None:
-        """The traces name the federation's clients: a row for each in the system trace, and only its clients in
-        the availability trace (an id past data.num_clients would never be sampled; docs/participation.md)."""
+        """The traces name the federation's clients and only them: a row for each in the system trace, and no id
+        past data.num_clients in either (such a client would never be sampled; docs/participation.md)."""
         from orchestrator.server.participation import (
             clients_outside,
             read_availability_trace,
@@ -662,7 +664,11 @@ class ExperimentConfig(Strict):
         )
 
         trace = self.participation.system.trace
-        missing = sorted(set(range(self.data.num_clients)) - set(read_system_trace(trace))) if trace else []
+        rows = read_system_trace(trace) if trace else {}
+        stranger = clients_outside(rows, self.data.num_clients) if trace else None
+        if stranger:
+            raise NestedFieldError("participation.system.trace", trace, stranger)
+        missing = sorted(set(range(self.data.num_clients)) - set(rows)) if trace else []
         if missing:
             raise NestedFieldError("participation.system.trace", trace,
                                    f"no row for client {missing[0]} (one row per client 0 .. {self.data.num_clients - 1})")
@@ -717,6 +723,16 @@ def printable(text: str) -> str:
     return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
 
 
+def shown(value: Any) -> str:
+    """repr(value) for a message; Python prints no integer past 4,300 digits, so such a value is described."""
+    if isinstance(value, int) and value.bit_length() > 4000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<a {type(value).__name__} holding an integer too long to print>"
+
+
 def format_validation_error(err: ValidationError, source: str) -> str:
     """The first problem of a pydantic error as one line: field, value given, what is allowed."""
     e = err.errors()[0]
@@ -725,15 +741,15 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     nested = (e.get("ctx") or {}).get("error")
     if isinstance(nested, NestedFieldError):
         path = ".".join(p for p in (where if where != "(top level)" else "", printable(nested.path)) if p)
-        return f"{source}: {path} = {nested.value!r}: {nested.msg}"
+        return f"{source}: {path} = {shown(nested.value)}: {nested.msg}"
     if e["type"] == "extra_forbidden":
-        return f"{source}: unknown key '{where}' (value {e['input']!r}); check the spelling against `mooring config show`"
+        return f"{source}: unknown key '{where}' (value {shown(e['input'])}); check the spelling against `mooring config show`"
     if e["type"] == "literal_error":
-        return f"{source}: {where} = {e['input']!r}: {msg}"
+        return f"{source}: {where} = {shown(e['input'])}: {msg}"
     value = e.get("input")
     if isinstance(value, dict):
         return f"{source}: {where}: {msg}"
-    return f"{source}: {where} = {value!r}: {msg}"
+    return f"{source}: {where} = {shown(value)}: {msg}"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -746,7 +762,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = safe_yaml.load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
-    except safe_yaml.YamlTooLarge as e:
+    except safe_yaml.YamlRefused as e:
         raise ConfigError(f"--set {key}=...: value refused: {e}") from None
     return key.split("."), value
 
@@ -790,7 +806,7 @@ def parse_yaml_mapping(text: str, path: str | Path) -> dict[str, Any]:
     and in what its aliases expand to (orchestrator/experiment/safe_yaml.py)."""
     try:
         raw = safe_yaml.load(text)
-    except safe_yaml.YamlTooLarge as e:
+    except safe_yaml.YamlRefused as e:
         raise ConfigError(f"{path}: YAML refused: {e}") from None
     except yaml.constructor.ConstructorError as e:
         mark = getattr(e, "problem_mark", None)

@@ -37,7 +37,7 @@ class TraceError(ValueError):
 def read_availability_trace(path: str) -> dict[int, list[tuple[float, float]]]:
     """{client: [(start, end), ...]} from a JSON object {"client id": [[start, end], ...]} (simulated seconds)."""
     try:
-        raw = parse_json(Path(path).read_bytes())
+        raw = parse_json(Path(path).read_bytes(), unique_keys=True)
     except OSError as e:
         raise TraceError(f"cannot read the trace ({e.strerror or e})") from None
     except JsonProblem as e:
@@ -48,8 +48,13 @@ def read_availability_trace(path: str) -> dict[int, list[tuple[float, float]]]:
         raise TraceError('lists no client, so no client would ever be available; expected {"client id": '
                          '[[start, end], ...]}')
     out: dict[int, list[tuple[float, float]]] = {}
+    keys: dict[int, str] = {}
     for key, intervals in raw.items():
         cid = _client_id(key)
+        if cid in out:  # "3" and "03" are one client
+            raise TraceError(f"client {cid} is listed twice (as {keys[cid][:40]!r} and {key[:40]!r}); list each "
+                             "client once")
+        keys[cid] = key
         if not isinstance(intervals, list) or not all(_is_interval(i) for i in intervals):
             raise TraceError(f"client {key}: expected a list of [start, end] pairs of finite numbers with start < end")
         out[cid] = sorted((float(a), float(b)) for a, b in intervals)
@@ -88,6 +93,7 @@ def read_system_trace(path: str) -> dict[int, tuple[float, float]]:
     except csv.Error as e:  # a field over csv's limit (128 KiB), a NUL byte
         raise TraceError(f"not CSV ({e})") from None
     out: dict[int, tuple[float, float]] = {}
+    lines: dict[int, int] = {}
     for line, row in enumerate(rows, start=2):
         if set(row) != {"client", "speed", "bandwidth"}:
             raise TraceError("expected the columns client,speed,bandwidth")
@@ -97,7 +103,10 @@ def read_system_trace(path: str) -> dict[int, tuple[float, float]]:
             raise TraceError(f"line {line}: speed and bandwidth must be numbers") from None
         if not (speed > 0 and bandwidth > 0 and math.isfinite(speed) and math.isfinite(bandwidth)):
             raise TraceError(f"line {line}: speed and bandwidth must be positive and finite")
-        out[_client_id(row["client"])] = (speed, bandwidth)
+        cid = _client_id(row["client"])
+        if cid in out:
+            raise TraceError(f"line {line}: client {cid} has a row already (line {lines[cid]}); one row per client")
+        out[cid], lines[cid] = (speed, bandwidth), line
     return out
 
 

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
@@ -51,6 +51,7 @@ from tasks.privacy.settings import StatsDP
 # The shared types and seeds live in modules that import nothing else of Mooring (tasks/types.py, tasks/seeds.py),
 # so that data and privacy need not import the algorithms; a method imports them here, as it always has.
 from tasks.seeds import derive_seed, derive_seeds, seeded_generator, torch_seeded  # noqa: F401  (re-exported)
+from tasks.typed_values import TypedValues
 from tasks.types import (  # noqa: F401  (re-exported)
     ClientData,
     ClientUpdate,
@@ -64,7 +65,7 @@ from tasks.types import (  # noqa: F401  (re-exported)
 
 
 # ------------------------------------------------------------------------------ hyperparameters
-class HyperParams(BaseModel):
+class HyperParams(TypedValues):
     """An algorithm's hyperparameters: paper defaults, validation ranges, and the sweeps' search ranges."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from tasks.algorithms.base import (
@@ -34,7 +35,7 @@ DISCRIMINATOR_PREFIX = "discriminator."
 class DANNParams(HyperParams):
     weight: float = searchable(0.1, 0.01, 1.0, log=True, ge=0,
                                description="γ: weight of the domain loss (FedDebias tunes it in {0.01, 0.1, 1})")
-    width: int = 256
+    width: int = Field(256, ge=1, description="width of the domain discriminator's two hidden layers")
 
 
 class GradientReversal(torch.autograd.Function):

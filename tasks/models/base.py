@@ -7,14 +7,15 @@ prototypes, FedSA keeps it private).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict, Field
 from torch import nn
 
 from tasks.models.init import initialize
 from tasks.registry import Registry
+from tasks.typed_values import TypedValues
 
 
 class FLModel(nn.Module):
@@ -47,7 +48,11 @@ class FLModel(nn.Module):
         return [p for p in self.parameters() if id(p) not in head]
 
 
-class ModelParams(BaseModel):
+# a layer's width, channels or feature dimension: a layer of none divides by zero when it is initialised
+Width = Annotated[int, Field(ge=1)]
+
+
+class ModelParams(TypedValues):
     """A model's own options in the config; subclasses add fields. Unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -16,14 +16,14 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from tasks.models.base import FLModel, ModelParams, register_model
+from tasks.models.base import FLModel, ModelParams, Width, register_model
 from tasks.models.image import flat_size, image_shape, norm_layer
 
 
 class AcarCNNParams(ModelParams):
-    channels: int | None = None  # None: the code's 32 for 1×28×28 inputs and 64 for 3×32×32
-    hidden: int = 384
-    feature_dim: int = 192
+    channels: Width | None = None  # None: the code's 32 for 1×28×28 inputs and 64 for 3×32×32
+    hidden: Width = 384
+    feature_dim: Width = 192
     classifier_bias: bool = True
 
 
@@ -55,7 +55,7 @@ class MixedDigitsCNNParams(ModelParams):
     # FedFA's code defines GroupNorm layers but never applies them, hence "none"; FedBN's DigitModel, where
     # the model comes from, has BatchNorm after every layer but the classifier ("batch").
     norm: Literal["none", "batch", "group"] = "none"
-    feature_dim: int = 512
+    feature_dim: Width = 512
     classifier_bias: bool = True
 
 
@@ -89,8 +89,8 @@ class MixedDigitsCNN(FLModel):
 
 
 class GroupNormCNNParams(ModelParams):
-    channels: list[int] = Field(default=[16, 32, 32, 32], min_length=2)
-    groups: int = 8
+    channels: list[Width] = Field(default=[16, 32, 32, 32], min_length=2)
+    groups: Width = 8
     classifier_bias: bool = True
 
     @model_validator(mode="after")

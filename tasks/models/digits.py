@@ -11,13 +11,13 @@ import math
 import torch
 from torch import nn
 
-from tasks.models.base import FLModel, ModelParams, register_model
+from tasks.models.base import FLModel, ModelParams, Width, register_model
 from tasks.models.image import image_shape
 
 
 class MLPParams(ModelParams):
-    hidden: list[int] = [128]
-    feature_dim: int = 64
+    hidden: list[Width] = [128]
+    feature_dim: Width = 64
     final_relu: bool = True  # ReLU after the feature layer (FedNH's positive-orthant flag)
     classifier_bias: bool = True
 
@@ -64,8 +64,8 @@ def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 class DigitsCNNParams(ModelParams):
-    channels: list[int] = [16, 32]
-    feature_dim: int = 64
+    channels: list[Width] = [16, 32]
+    feature_dim: Width = 64
     classifier_bias: bool = True
 
 

@@ -14,7 +14,7 @@ import torch
 from pydantic import model_validator
 from torch import nn
 
-from tasks.models.base import FLModel, ModelParams, register_model
+from tasks.models.base import FLModel, ModelParams, Width, register_model
 from tasks.models.image import image_shape
 
 Norm = Callable[[int], nn.Module]  # channels -> normalisation layer
@@ -57,9 +57,9 @@ def resnet_body(
 
 class ResNet18GNParams(ModelParams):
     projector: bool = True
-    feature_dim: int | None = None  # None: 256 with the projector, the backbone's 8·width without
-    width: int = 64
-    groups: int = 2
+    feature_dim: Width | None = None  # None: 256 with the projector, the backbone's 8·width without
+    width: Width = 64
+    groups: Width = 2
     block_norm: bool = True
     classifier_bias: bool = True
 

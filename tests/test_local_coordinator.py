@@ -151,8 +151,9 @@ def test_a_stopped_run_without_ray_resumes_to_the_uninterrupted_history(tmp_path
 
 
 def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys, mlflow_store_made):
-    """The tracking process killed mid-run: the driver's calls go on as no-ops, tracking off, said once; what was
-    written before stays in the store."""
+    """The tracking process killed mid-run: tracking off, said once; what was written before stays in the store,
+    and `end` writes what the child never did from this process: the MLflow run ends with every metric, tagged
+    with why (calls after the end go nowhere)."""
     from mlflow.tracking import MlflowClient
 
     from orchestrator.reporting.tracker_process import TrackerProcess
@@ -172,8 +173,10 @@ def test_tracking_whose_process_dies_turns_off_in_one_warning(tmp_path, capsys, 
     assert tracker.enabled is False
     assert capsys.readouterr().err.count("MLflow tracking off for this run: its process ended") == 1
     client = MlflowClient(tracking_uri=uri)
-    assert [m.value for m in client.get_metric_history(run_id, "accuracy")] == [0.5]
-    assert client.get_run(run_id).data.params == {"a": "1"}
+    assert [m.value for m in client.get_metric_history(run_id, "accuracy")] == [0.5, 0.6]
+    run = client.get_run(run_id)
+    assert run.data.params == {"a": "1"} and run.info.status == "FINISHED"
+    assert run.data.tags["mlflow_tracking_lost"] == "its process ended" and "after" not in run.data.tags
 
 
 def test_a_lost_tracking_process_reports_no_logged_steps(tmp_path, mlflow_store_made):

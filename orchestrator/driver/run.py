@@ -69,6 +69,8 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
     if note and progress:
         print(f"note: {note}", file=sys.stderr)
     with StopSignals() as stop:
+        if tracker is not None:  # its waits for the tracking process end sooner once a stop signal has come
+            tracker.stop_requested = lambda: stop.seen
         return _run(request, stop)
 
 
@@ -105,13 +107,17 @@ def _run_holding(ctx: RunContext) -> RunResult:
     if interrupted is not None:
         tracker.end("KILLED")
         raise RunInterrupted(interrupted, ctx.stop.signum)
-    with ctx.phases("end: artifacts"):
-        finish_artifacts(ctx.cfg, result, final_state, ctx.log, tracker)
-    with ctx.phases("end: MLflow"):
-        summary = summary_metrics(record.history, ctx.cfg.participation.target_accuracy)
-        tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(record.history)},
-                            step=len(record.history))
-        tracker.end(status)
+    try:
+        with ctx.phases("end: artifacts"):
+            finish_artifacts(ctx.cfg, result, final_state, ctx.log, tracker)
+        with ctx.phases("end: MLflow"):
+            summary = summary_metrics(record.history, ctx.cfg.participation.target_accuracy)
+            tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(record.history)},
+                                step=len(record.history))
+            tracker.end(status)
+    except BaseException as e:  # a signal or a failure after the rounds: the MLflow run is not left RUNNING
+        tracker.end("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
     result.phases = ctx.phases.as_dict()
     return result
 

@@ -20,6 +20,7 @@ class StopSignals:
 
     def __init__(self):
         self.signum: int | None = None
+        self.seen = False  # any signal came, recorded or not (waits on other processes then end sooner)
         self.in_rounds = False
         self._previous: dict[int, Any] = {}
 
@@ -45,6 +46,7 @@ class StopSignals:
             signal.signal(sig, handler)
 
     def _handle(self, signum, _frame) -> None:
+        self.seen = True
         if not self.in_rounds or self.signum is not None:
             raise KeyboardInterrupt
         self.signum = signum

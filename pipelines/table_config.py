@@ -38,6 +38,8 @@ from orchestrator.experiment.config import (
 from orchestrator.io import storage
 
 DEFAULT_BUDGET = "digits"
+REPORT_BUDGET = "mnist"  # the budget docs/tables/<paper>.md is made from
+MIN_TRIALS = 20  # trials a row, at least, for a tuning a reviewer accepts (or the paper's own grid in full)
 SETTING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 ALGORITHM_SLOT = "{algorithm}"  # in a setting's key: each row's method
 NO_NUMBER = ("", "—", "–", "-", "n/a")
@@ -84,6 +86,18 @@ class Row(Strict):
                                    "own values are kept)")
     tune_metric: str | None = Field(None, description="KEY:AGG this row is tuned by, where the tuning's metric does "
                                     "not see its hyperparameters (Ditto's λ moves only its personalized accuracy)")
+    tune_grid: dict[str, list[Any]] = Field(default_factory=dict, description="the paper's own grid (hyperparameter → "
+                                            "values): `--tune` tries every combination, unpruned, instead of TPE")
+
+    @field_validator("tune_grid")
+    @classmethod
+    def grid_values(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for name, values in grid.items():
+            if not values:
+                raise ValueError(f"tune_grid.{name}: give at least one value")
+            if len({repr(v) for v in values}) != len(values):
+                raise ValueError(f"tune_grid.{name}: {values} repeats a value")
+        return grid
 
 
 class Column(Strict):
@@ -142,6 +156,50 @@ class Table(Strict):
         return [paper_number(c) for c in self.paper[row]]
 
 
+class Tuning(Strict):
+    """How `mooring table --tune` tunes the rows (pipelines/table_tuning.py): in one setting, at a budget of its
+    own, on a validation split held out of the clients' training samples."""
+
+    setting: str = Field(description="the setting every row is tuned in")
+    why: str = Field("", description="why that setting: the column's own, or the hardest of the table's (said in the "
+                     "report)")
+    trials: int = Field(MIN_TRIALS, ge=1, le=200, description="Optuna trials per row (TPE; the row's own values "
+                        f"first); a report flags fewer than {MIN_TRIALS} (a row's `tune_grid` runs in full instead)")
+    seed: int = Field(0, description="the trials' seed, and the sampler's")
+    validation_fraction: float = Field(0.2, gt=0, lt=1, description="share of each client's training samples "
+                                       "held out to score the trials")
+    metric: str | None = Field(None, description="KEY:AGG maximised on the validation split; default: the file's")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys for the trials only (a "
+                                      "shorter budget: train.rounds)")
+    widen: int = Field(2, ge=0, le=5, description="times a row is tuned again over a widened range when its choice "
+                       "lies at a bound of its range; one still at a bound after that is flagged in the report")
+
+
+class Timing(Strict):
+    """The budget's measured cost: what `mooring table` estimates its time from before the first run."""
+
+    round_seconds: dict[str, float] = Field(min_length=1, description="measured seconds a round of one run (one "
+                                            "core), by '<setting>/<row>', setting, row or `default`, the first "
+                                            "that names a run")
+    start_seconds: float = Field(0.0, ge=0, description="a run's measured start-up and evaluation overhead, seconds")
+    parallel: int = Field(2, ge=1, description="runs at once the estimate assumes (one a core)")
+    measured: str = Field(description="when, where and how the figures were measured")
+
+    @field_validator("round_seconds")
+    @classmethod
+    def positive(cls, seconds: dict[str, float]) -> dict[str, float]:
+        bad = next((k for k, v in seconds.items() if not v > 0), None)
+        if bad is not None:
+            raise ValueError(f"round_seconds.{bad} = {seconds[bad]}: a measured time is above 0")
+        return seconds
+
+    def of(self, row_id: str, setting: str = "") -> float | None:
+        for key in (f"{setting}/{row_id}", setting, row_id, "default"):
+            if key in self.round_seconds:
+                return self.round_seconds[key]
+        return None
+
+
 class Budget(Strict):
     """Another budget of the same tables: overrides on the experiment, seeds, its own settings, and which of its
     settings stands for each column (a column it does not name is not expressible at this budget)."""
@@ -154,21 +212,13 @@ class Budget(Strict):
     tuned: bool = Field(False, description="run the rows with their tuned values (`--tune` chose them on the digits "
                         "budget's validation splits): true for a shorter digits budget, false for the paper's own "
                         "protocol")
+    tuning: Tuning | None = Field(None, description="the budget's own tuning (`--tune --budget NAME`, on its own "
+                                  "validation splits; values in <paper>.<budget>.tuned.yaml), used by its runs")
+    timing: Timing | None = Field(None, description="measured seconds a round, for the estimate printed before the "
+                                  "first run")
     notes: str = ""
 
 
-class Tuning(Strict):
-    """How `mooring table --tune` tunes the rows (pipelines/table_tuning.py): in one setting, at a budget of its
-    own, on a validation split held out of the clients' training samples."""
-
-    setting: str = Field(description="the setting every row is tuned in")
-    trials: int = Field(12, ge=1, le=200, description="Optuna trials per row (TPE; the row's own values first)")
-    seed: int = Field(0, description="the trials' seed, and the sampler's")
-    validation_fraction: float = Field(0.2, gt=0, lt=1, description="share of each client's training samples "
-                                       "held out to score the trials")
-    metric: str | None = Field(None, description="KEY:AGG maximised on the validation split; default: the file's")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys for the trials only (a "
-                                      "shorter budget: train.rounds)")
 
 
 class TunedRow(Strict):
@@ -181,6 +231,15 @@ class TunedRow(Strict):
     best_validation: float
     study: str
     date: str
+    completed: int | None = Field(None, description="trials run to the end (every study of the row)")
+    pruned: int | None = Field(None, description="trials the pruner stopped")
+    start: dict[str, Any] | None = Field(None, description="the row's own values: the first trial")
+    moved: bool | None = Field(None, description="whether the choice differs from `start`")
+    widened: dict[str, str] = Field(default_factory=dict, description="hyperparameter → the range searched before "
+                                    "its choice at a bound widened it")
+    at_bound: dict[str, str] = Field(default_factory=dict, description="hyperparameter → the bound its choice still "
+                                     "lies at (low or high) after the widenings: flagged in the report")
+    grid: bool = Field(False, description="the paper's grid, tried in full")
 
 
 class TunedValues(Strict):
@@ -208,44 +267,79 @@ class TableFile(Strict):
     tuned: str | None = Field(None, description="the tuned-values file `--tune` writes and the digits budget reads, "
                               "relative to this file (default <paper>.tuned.yaml beside it)")
     notes: str = ""
-    _tuned_rows: dict[str, TunedRow] = PrivateAttr(default_factory=dict)
-    _tuned_set: list[str] = PrivateAttr(default_factory=list)
-    _tuning_drift: dict[str, str] = PrivateAttr(default_factory=dict)
-    _tuned_path: str = PrivateAttr("")
+    _tuned: dict[str, TunedState] = PrivateAttr(default_factory=dict)  # keyed by the budget that tuned them
+
+    def tuned_state(self, budget: str = DEFAULT_BUDGET) -> TunedState:
+        """What the tuned-values file of `budget`'s tuning holds (empty where there is none)."""
+        return self._tuned.get(budget, TunedState())
 
     @property
     def tuned_rows(self) -> dict[str, TunedRow]:
-        """The rows `--tune` chose values for (read from the tuned-values file by load_table_file)."""
-        return self._tuned_rows
+        """The rows `--tune` chose values for on the digits budget (read from the tuned-values file by
+        load_table_file)."""
+        return self.tuned_state().rows
 
     @property
     def tuned_set(self) -> list[str]:
-        """The --set the tuned rows' trials ran with (none: the tuning as the file gives it)."""
-        return self._tuned_set
+        """The --set the digits budget's tuned rows' trials ran with (none: the tuning as the file gives it)."""
+        return self.tuned_state().set
 
     @property
     def tuning_drift(self) -> dict[str, str]:
-        """Where the tuning recorded in the tuned-values file differs from this file's `tuning:` (empty: it does
-        not): setting → what differs."""
-        return self._tuning_drift
+        """Where the tuning recorded in the digits budget's tuned-values file differs from this file's `tuning:`
+        (empty: it does not): setting → what differs."""
+        return self.tuned_state().drift
 
-    def check_tuned_values_current(self) -> None:
+    def check_tuned_values_current(self, budget: str = DEFAULT_BUDGET) -> None:
         """Tuned values are used only where they came from this file's tuning: one line otherwise."""
-        if self._tuning_drift and self._tuned_rows:
-            raise ConfigError(f"{self._tuned_path}: {'; '.join(self._tuning_drift.values())}: its values were not "
-                              "tuned the way this table tunes; run `mooring table --tune` again (or restore the "
-                              "table's tuning)")
+        state = self.tuned_state(budget)
+        if state.drift and state.rows:
+            option = "" if budget == DEFAULT_BUDGET else f" --budget {budget}"
+            raise ConfigError(f"{state.path}: {'; '.join(state.drift.values())}: its values were not tuned the way "
+                              f"this table tunes; run `mooring table{option} --tune` again (or restore the table's "
+                              "tuning)")
 
-    def tuning_metric(self, row_id: str | None = None) -> str:
-        """KEY:AGG a row is tuned by: its own `tune_metric`, else the tuning's `metric`, else the file's."""
+    def tuning_of(self, budget: str) -> Tuning | None:
+        """The tuning whose values a budget runs: its own, or the digits budget's (the digits budget, and a budget
+        that says `tuned: true`), or none."""
+        return self.tuning if self.tuned_by_budget(budget) == DEFAULT_BUDGET else \
+            self.budgets[budget].tuning if self.tuned_by_budget(budget) else None
+
+    def tuned_by_budget(self, budget: str) -> str | None:
+        """The budget whose tuning chose the values `budget` runs with (None: it runs the rows' own values)."""
+        if budget == DEFAULT_BUDGET:
+            return DEFAULT_BUDGET
+        if budget in self.budgets and self.budgets[budget].tuning is not None:
+            return budget
+        return DEFAULT_BUDGET if budget in self.budgets and self.budgets[budget].tuned else None
+
+    def tuning_metric(self, row_id: str | None = None, tuning: Tuning | None = None) -> str:
+        """KEY:AGG a row is tuned by: its own `tune_metric`, else the tuning's `metric` (default: the file's
+        `tuning:`), else the file's."""
+        tuning = tuning or self.tuning
         own = self.rows[row_id].tune_metric if row_id is not None else None
-        return own or (self.tuning.metric if self.tuning and self.tuning.metric else None) or self.metric
+        return own or (tuning.metric if tuning and tuning.metric else None) or self.metric
 
     @model_validator(mode="after")
     def tuning_setting_exists(self) -> TableFile:
         if self.tuning is not None and self.tuning.setting not in self.settings:
             raise ValueError(f"tuning.setting: unknown setting {self.tuning.setting!r}; allowed: "
                              f"{', '.join(self.settings)}")
+        for name, budget in self.budgets.items():
+            if budget.tuning is not None and budget.tuning.setting not in budget.settings:
+                raise ValueError(f"budgets.{name}.tuning.setting: unknown setting {budget.tuning.setting!r}; "
+                                 f"allowed: {', '.join(budget.settings)}")
+            if budget.tuning is not None and budget.tuned:
+                raise ValueError(f"budgets.{name}: `tuned: true` runs the digits budget's tuned values, `tuning:` "
+                                 "its own: give one")
+            known = {"default", *self.rows, *budget.settings,
+                     *(f"{s}/{r}" for s in budget.settings for r in self.rows)}
+            unknown = [k for k in (budget.timing.round_seconds if budget.timing else {}) if k not in known]
+            if unknown:
+                raise ValueError(f"budgets.{name}.timing.round_seconds: {unknown[0]!r} names no run; name a row "
+                                 f"({', '.join(self.rows)}), a setting of the budget, '<setting>/<row>' or `default`")
+            if budget.timing and "default" not in budget.timing.round_seconds:
+                raise ValueError(f"budgets.{name}.timing.round_seconds: give `default` for the runs not named")
         return self
 
     @model_validator(mode="after")
@@ -287,19 +381,32 @@ class TableFile(Strict):
 
 def load_table_file(path: str) -> TableFile:
     """The table file, validated: one line (ConfigError) naming the file and the problem otherwise. The
-    experiment is validated too, as every run's config will be, and the tuned values are read where they exist."""
+    experiment is validated too, as every run's config will be, and the tuned values are read where they exist
+    (the digits budget's, and those of every budget with a tuning of its own)."""
     raw = read_yaml(path)
     try:
         spec = TableFile(**raw)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, path)) from None
     build_config(dict(spec.experiment), f"{path}: experiment")
-    tuned = tuned_values_path(spec, path)
-    if tuned.is_file():
-        values = read_tuned_values(tuned, spec)
-        spec._tuned_rows, spec._tuned_set, spec._tuned_path = values.rows, values.set, str(tuned)
-        spec._tuning_drift = tuning_drift(values.tuning, spec.tuning)
+    tunings = {DEFAULT_BUDGET: spec.tuning} | {n: b.tuning for n, b in spec.budgets.items() if b.tuning is not None}
+    for budget, tuning in tunings.items():
+        tuned = tuned_values_path(spec, path, budget)
+        if tuned.is_file():
+            values = read_tuned_values(tuned, spec)
+            spec._tuned[budget] = TunedState(values.rows, values.set, tuning_drift(values.tuning, tuning), str(tuned))
     return spec
+
+
+@dataclass
+class TunedState:
+    """One tuned-values file as read: the rows' choices, the --set their trials ran with, where the tuning it
+    records differs from the table's (setting → what), and its path."""
+
+    rows: dict[str, TunedRow] = field(default_factory=dict)
+    set: list[str] = field(default_factory=list)
+    drift: dict[str, str] = field(default_factory=dict)
+    path: str = ""
 
 
 def tuning_drift(recorded: dict[str, Any], tuning: Tuning | None) -> dict[str, str]:
@@ -316,7 +423,11 @@ def tuning_drift(recorded: dict[str, Any], tuning: Tuning | None) -> dict[str, s
             for key in now if then[key] != now[key]}
 
 
-def tuned_values_path(spec: TableFile, source: str) -> Path:
+def tuned_values_path(spec: TableFile, source: str, budget: str = DEFAULT_BUDGET) -> Path:
+    """The digits budget's tuned values: <paper>.tuned.yaml (or the file's `tuned:`); another budget's tuning
+    writes <paper>.<budget>.tuned.yaml, all beside the table file."""
+    if budget != DEFAULT_BUDGET:
+        return Path(source).parent / f"{spec.paper}.{budget}.tuned.yaml"
     return Path(source).parent / (spec.tuned or f"{spec.paper}.tuned.yaml")
 
 
@@ -335,7 +446,7 @@ def read_tuned_values(path: Path, spec: TableFile) -> TunedValues:
 def write_tuned_values(path: Path, values: TunedValues, paper: str, source: str) -> None:
     """The tuned-values file, replaced whole (an interrupted write loses nothing: orchestrator/io/storage.py)."""
     header = (f"# {paper}: hyperparameters chosen by `mooring table {source} --tune`, one Optuna study per row on a "
-              "validation split\n# (pipelines/table_tuning.py); read by every run of the table's digits budget. "
+              "validation split\n# (pipelines/table_tuning.py); read by every run of the budget it was tuned for. "
               "Written by the tool: run --tune again rather than editing.\n")
     record = values.model_dump()
     if not record["set"]:
@@ -359,8 +470,9 @@ class ColumnPlan:
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """What a budget runs: the experiment (as a raw mapping), seeds, settings, every column's plan, and the rows'
-    tuned values (the digits budget's only: the values were chosen on its validation splits)."""
+    """What a budget runs: the experiment (as a raw mapping), seeds, settings, every column's plan, the rows'
+    tuned values (those its own tuning chose, or the digits budget's where it runs them) with that tuning, and its
+    measured timing."""
 
     name: str
     experiment: dict[str, Any]
@@ -370,6 +482,8 @@ class BudgetPlan:
     description: str
     notes: str
     tuned: dict[str, TunedRow] = field(default_factory=dict)
+    tuning: Tuning | None = None
+    timing: Timing | None = None
 
 
 @dataclass(frozen=True)
@@ -382,27 +496,30 @@ class SettingRun:
 
 
 def resolve_budget(spec: TableFile, name: str, source: str, check_tuned: bool = True) -> BudgetPlan:
-    """The budget `name` of the table; where it runs the tuned values, they must come from the table's own
-    tuning (check_tuned False: `--tune`, which tunes them again)."""
-    if check_tuned and (name == DEFAULT_BUDGET or (name in spec.budgets and spec.budgets[name].tuned)):
-        spec.check_tuned_values_current()
-    if name == DEFAULT_BUDGET:
-        return BudgetPlan(name, copy.deepcopy(spec.experiment), spec.seeds, spec.settings, own_columns(spec),
-                          "the spec's small-scale digits protocol", spec.notes, dict(spec.tuned_rows))
-    if name not in spec.budgets:
+    """The budget `name` of the table; where it runs tuned values, they must come from the table's own tuning
+    (check_tuned False: `--tune`, which tunes them again)."""
+    if name != DEFAULT_BUDGET and name not in spec.budgets:
         allowed = ", ".join([DEFAULT_BUDGET, *spec.budgets])
         raise ConfigError(f"{source}: --budget {name!r}: not a budget of this file; allowed: {allowed}")
+    tuned_by = spec.tuned_by_budget(name)
+    if check_tuned and tuned_by is not None:
+        spec.check_tuned_values_current(tuned_by)
+    tuned = dict(spec.tuned_state(tuned_by).rows) if tuned_by else {}
+    tuning = spec.tuning_of(name)
+    if name == DEFAULT_BUDGET:
+        return BudgetPlan(name, copy.deepcopy(spec.experiment), spec.seeds, spec.settings, own_columns(spec),
+                          "the spec's small-scale digits protocol", spec.notes, tuned, tuning)
     budget = spec.budgets[name]
     experiment = copy.deepcopy(spec.experiment)
     for key, value in budget.overrides.items():
         set_dotted(experiment, key, value)
     columns = [ColumnPlan(t, c, i, budget.columns.get(f"{t.id}/{c.name}"),
                           None if f"{t.id}/{c.name}" in budget.columns else f"not in budgets.{name}.columns: "
-                          + (c.not_expressible or "the paper's protocol has no such condition here"),
+                          + (c.not_expressible or "not run at this budget"),
                           c.metric or spec.metric)
                for t in spec.tables for i, c in enumerate(t.columns)]
     return BudgetPlan(name, experiment, budget.seeds or spec.seeds, budget.settings, columns, budget.description,
-                      budget.notes, dict(spec.tuned_rows) if budget.tuned else {})
+                      budget.notes, tuned, tuning, budget.timing)
 
 
 def own_columns(spec: TableFile) -> list[ColumnPlan]:

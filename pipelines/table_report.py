@@ -13,7 +13,7 @@ from enum import Enum
 
 import numpy as np
 
-from pipelines.table_config import BudgetPlan, ColumnPlan, PaperNumber, TableFile
+from pipelines.table_config import DEFAULT_BUDGET, MIN_TRIALS, BudgetPlan, ColumnPlan, PaperNumber, TableFile
 
 
 class CellState(Enum):
@@ -22,6 +22,7 @@ class CellState(Enum):
     NOT_EXPRESSIBLE = "not expressible"
     NO_PAPER_NUMBER = "no paper number"  # not run: nothing to compare with
     NO_METRIC = "no metric"  # run, but the method logs no such metric (a global model for a method without one)
+    NO_RUN = "no run"  # no run of the row finished in the column's setting (not run yet, or each failed)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ def format_cell(cell: Cell) -> str:
     if cell.state is CellState.MEASURED:
         return f"{paper} / **{format_measured(cell.measured)}**"
     ours = {CellState.NOT_BUILT: "not built", CellState.NOT_EXPRESSIBLE: "–",
-            CellState.NO_PAPER_NUMBER: "–", CellState.NO_METRIC: "no metric"}[cell.state]
+            CellState.NO_PAPER_NUMBER: "–", CellState.NO_METRIC: "no metric",
+            CellState.NO_RUN: "no run finished"}[cell.state]
     return f"{paper} / {ours}"
 
 
@@ -183,16 +185,32 @@ def listed(values: dict) -> str:
 
 
 def tuning_lines(spec: TableFile, plan: BudgetPlan) -> list[str]:
-    """How the tuned rows were tuned (the file's `tuning:`), where any are."""
-    if not plan.tuned or spec.tuning is None:
+    """How the tuned rows were tuned (the budget's tuning), where any are: trials, pruning, the setting whose
+    validation split scored them and why, and the widening of a range whose bound a choice lay at."""
+    t = plan.tuning
+    if not plan.tuned or t is None:
         return []
-    t = spec.tuning
+    rounds = t.overrides.get("train.rounds", plan.experiment.get("train", {}).get("rounds"))
     budget = ", ".join(f"{k} = {v}" for k, v in t.overrides.items()) or "the setting's own budget"
-    return [f"- tuned rows (`mooring table --tune`): {t.trials} Optuna trials (TPE, the row's own values first) "
-            f"per row in `{t.setting}` at {budget}, seed {t.seed}, each scored on a validation "
-            f"split of {t.validation_fraction:.0%} of each client's training samples (no trial reads a test set), "
-            "trials below the median of the completed ones stopped early (docs/tables/README.md)"
-            + ("; the trials ran with " + ", ".join(f"`--set {o}`" for o in spec.tuned_set) if spec.tuned_set else "")]
+    option = "" if plan.name == DEFAULT_BUDGET or plan.name not in spec.budgets or spec.budgets[plan.name].tuning \
+        is None else f" --budget {plan.name}"
+    where = f"`{t.setting}`" + (f" ({t.why})" if t.why else "")
+    startup, warmup = math.ceil(t.trials / 3), math.ceil(rounds / 3) if isinstance(rounds, int) else None
+    used = spec.tuned_state(spec.tuned_by_budget(plan.name) or DEFAULT_BUDGET).set
+    lines = [f"- tuned rows (`mooring table{option} --tune`): {t.trials} Optuna trials a row (TPE, its first "
+             f"{startup} random, the row's own values first; a row with the paper's grid tries all of it, unpruned) "
+             f"at {budget}, seed {t.seed}, each scored on the validation split of {where}, "
+             f"{t.validation_fraction:.0%} of each client's training samples (no trial reads a test set); the values "
+             "chosen there run in every column. A trial below the median of the completed ones at the same round "
+             f"stops there, but not before {startup} trials have completed"
+             + (f", nor in a trial's first {warmup} rounds" if warmup else "")
+             + f"; a choice at a bound of its range widens that range and tunes the row again (at most {t.widen} "
+             "times), and one still at a bound is flagged below"
+             + ("; the trials ran with " + ", ".join(f"`--set {o}`" for o in used) if used else "")]
+    if t.trials < MIN_TRIALS:
+        lines.append(f"- **{t.trials} trials a row, fewer than {MIN_TRIALS}**: a quick tuning, not one to tell "
+                     "the methods apart by")
+    return lines
 
 
 def row_settings(row_id: str, row, plan: BudgetPlan) -> str:
@@ -207,13 +225,32 @@ def row_settings(row_id: str, row, plan: BudgetPlan) -> str:
 
 
 def tuned_by(row_id: str, row, plan: BudgetPlan) -> str:
-    """Where a row's values come from: the file's `tuned_by`, or the sweep `--tune` ran for it."""
+    """Where a row's values come from: the file's `tuned_by`, or the sweep `--tune` ran for it, with its trials
+    completed and pruned, whether the choice moved from the row's own values, and any value still at a bound."""
     if row_id not in plan.tuned:
         return row.tuned_by
     t = plan.tuned[row_id]
-    searched = ", ".join(f"{k} in {v}" for k, v in t.searched.items())
-    return (f"`--tune`: {t.trials} trials over {searched} on a validation split (study {t.study}, {t.date}); "
+    searched = ", ".join(f"{k} in {v}" + (f" (widened from {t.widened[k]})" if k in t.widened else "")
+                         for k, v in t.searched.items())
+    counts = (f" ({t.completed} completed, {t.pruned} pruned)" if t.completed is not None
+              else " (completed and pruned not recorded)")
+    how = "the paper's grid in full" if t.grid else f"{t.trials} trials{counts}"
+    text = (f"`--tune`: {how} over {searched} on a validation split (study {t.study}, {t.date}); "
             f"best validation {t.metric} {t.best_validation:.4g}")
+    if t.grid and t.completed is not None:
+        text += f"; {t.completed} of its points completed"
+    if t.start is not None and t.moved is not None:
+        own = listed(t.start) or "none in range"
+        text += f"; moved from its own values ({own})" if t.moved else \
+            f"; **kept its own values** ({own}): no other trial scored higher on validation"
+    if not t.grid and t.trials < MIN_TRIALS:
+        text += f"; **only {t.trials} trials** (fewer than {MIN_TRIALS})"
+    if t.at_bound:
+        text += "; **at a bound of its range**: " + ", ".join(
+            f"{k} = {t.params[k]:.4g} at the {side} end" if isinstance(t.params.get(k), float)
+            else f"{k} = {t.params.get(k)} at the {side} end" for k, side in t.at_bound.items()) \
+            + (" after widening" if t.widened else "")
+    return text
 
 
 def row_states(spec: TableFile, built: set[str], cells: dict[tuple[str, int], dict[str, Cell]]) -> dict[str, str]:

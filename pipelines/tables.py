@@ -11,7 +11,9 @@ The file's schema is pipelines/table_config.py; the report, pipelines/table_repo
 from __future__ import annotations
 
 import copy
+import math
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
@@ -24,6 +26,7 @@ from pipelines.comparison import Comparison, aggregate_metric
 from pipelines.table_config import (
     ALGORITHM_SLOT,
     DEFAULT_BUDGET,
+    REPORT_BUDGET,
     BudgetPlan,
     ColumnPlan,
     SettingRun,
@@ -113,33 +116,132 @@ def setting_run(spec: TableFile, plan: BudgetPlan, setting: str, row_ids: list[s
 # ----------------------------------------------------------------------------------------------- running
 def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, address: str | None,
                  parallel: int | None, echo=print, report_only: bool = False,
-                 progress: bool = True) -> dict[str, Comparison]:
-    """One compare per setting (or, with report_only, the histories an earlier run saved under `results`)."""
-    from pipelines.compare import compare
-
+                 progress: bool = True, plan: BudgetPlan | None = None) -> dict[str, Comparison]:
+    """One compare per setting, of the runs it has not saved yet (run_setting); or, with report_only, the
+    histories earlier runs saved under `results`, as far as they go."""
     comps = {}
-    for run in runs:
+    if report_only:
+        comps = {run.setting: saved(results / run.setting) if run.variants else Comparison() for run in runs}
+        if not any(c.histories for c in comps.values()):
+            first = next((r.setting for r in runs if r.variants), runs[0].setting if runs else "")
+            raise_no_results(results / first)
+        return comps
+    started = time.perf_counter()
+    for i, run in enumerate(runs):
         if not run.variants:
             comps[run.setting] = Comparison()
             continue
-        if report_only:
-            comps[run.setting] = saved(results / run.setting, list(run.variants))
-            continue
-        echo(f"{run.setting}: {', '.join(run.variants)} × seeds {', '.join(map(str, seeds))}")
-        comps[run.setting] = compare(run.base, run.variants, seeds, results / run.setting, address=address,
-                                     parallel=parallel, echo=echo, progress=progress, out_option="--results")
+        comps[run.setting] = run_setting(run, seeds, results / run.setting, address, parallel, echo, progress)
+        if plan is not None and plan.timing is None and i + 1 < len(runs):
+            left = sum(len(r.variants) for r in runs[i + 1:]) * len(seeds)
+            ran = sum(len(r.variants) for r in runs[:i + 1]) * len(seeds)
+            per_run = (time.perf_counter() - started) / max(1, ran)
+            echo(f"estimate: {left} runs to go, about {minutes(left * per_run)} at the pace of the first "
+                 f"{i + 1} setting{'s' if i else ''}")
     return comps
 
 
-def saved(setting_dir: Path, rows: list[str]) -> Comparison:
-    """The histories a previous run of this setting saved, every row that runs in it among them, or one line
-    saying what is missing."""
+FINGERPRINTS = "fingerprints.json"  # row → the fingerprint of the config its saved histories ran with
+
+
+def fingerprint(base, variant: dict[str, Any]) -> str:
+    """What a row's runs in a setting depend on: its whole config but for the seed (each history is kept by
+    seed), the run's name and where it logs and checkpoints."""
+    import hashlib
+    import json
+
+    from orchestrator.experiment.config import with_overrides
+
+    dump = with_overrides(base, variant).model_dump(mode="json", exclude={"seed", "name", "tracking", "checkpoint"})
+    return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def saved_runs(setting_dir: Path, prints: dict[str, str]) -> dict[str, dict[int, list]]:
+    """The histories saved in `setting_dir` whose row still runs the config they ran with."""
+    import json
+
+    path, prints_path = setting_dir / "histories.json", setting_dir / FINGERPRINTS
+    if not path.exists() or not prints_path.exists():
+        return {}
+    try:
+        histories, then = json.loads(path.read_text()), json.loads(prints_path.read_text())
+    except ValueError:
+        return {}
+    return {row: {int(seed): h for seed, h in by_seed.items()} for row, by_seed in histories.items()
+            if row in prints and then.get(row) == prints[row]}
+
+
+def write_saved(setting_dir: Path, histories: dict[str, dict[int, list]], prints: dict[str, str]) -> None:
+    """The setting's histories and their rows' fingerprints, each file replaced whole."""
+    import json
+
+    from orchestrator.io import storage
+
+    setting_dir.mkdir(parents=True, exist_ok=True)
+    kept = {row: by_seed for row, by_seed in histories.items() if by_seed}
+    storage.write_bytes_atomic(str((setting_dir / "histories.json").absolute()),
+                               json.dumps({r: {str(s): h for s, h in sorted(b.items())} for r, b in kept.items()})
+                               .encode())
+    storage.write_bytes_atomic(str((setting_dir / FINGERPRINTS).absolute()),
+                               json.dumps({r: prints[r] for r in kept}, indent=1).encode())
+
+
+def run_setting(run: SettingRun, seeds: list[int], setting_dir: Path, address: str | None, parallel: int | None,
+                echo, progress: bool) -> Comparison:
+    """The setting's runs not saved yet under `setting_dir` (a run is saved once it finishes, with the
+    fingerprint of its config: one whose row's config has changed since runs again), one compare per group of
+    rows missing the same seeds; the first into `setting_dir`, later ones into `resumed-<n>/` beside it. The
+    setting's histories.json holds every finished run, also after a stop or a failure."""
+    import json
+
+    from pipelines.compare import compare
+
+    prints = {row: fingerprint(run.base, v) for row, v in run.variants.items()}
+    kept = saved_runs(setting_dir, prints)
+    missing: dict[tuple[int, ...], list[str]] = {}
+    for row in run.variants:
+        todo = tuple(s for s in seeds if s not in kept.get(row, {}))
+        if todo:
+            missing.setdefault(todo, []).append(row)
+    have = sum(len(kept.get(r, {})) for r in run.variants)
+    if not missing:
+        echo(f"{run.setting}: every run saved in {setting_dir}; none run again")
+    for todo, rows in missing.items():
+        fresh = not (setting_dir / "histories.json").exists()
+        out = setting_dir if fresh else next(setting_dir / f"resumed-{n}" for n in range(10_000)
+                                             if not (setting_dir / f"resumed-{n}").exists())
+        echo(f"{run.setting}: {', '.join(rows)} × seeds {', '.join(map(str, todo))}"
+             + (f" ({have} runs saved before, kept)" if have else ""))
+        try:
+            compare(run.base, {r: run.variants[r] for r in rows}, list(todo), out, address=address,
+                    parallel=parallel, echo=echo, progress=progress, out_option="--results")
+        finally:
+            done = out / "histories.json"
+            if done.exists():
+                for row, by_seed in json.loads(done.read_text()).items():
+                    kept.setdefault(row, {}).update({int(s): h for s, h in by_seed.items()})
+            write_saved(setting_dir, kept, prints)
+    return Comparison(histories={row: {s: kept[row][s] for s in seeds if s in kept.get(row, {})}
+                                 for row in run.variants if kept.get(row)})
+
+
+def saved(setting_dir: Path) -> Comparison:
+    """The histories earlier runs of this setting saved (none yet: an empty comparison, its cells "no run")."""
     from orchestrator.experiment.config import ConfigError
 
     if not (setting_dir / "histories.json").exists():
-        raise ConfigError(f"--report-only: no saved results at {setting_dir / 'histories.json'}; run the table "
-                          "first (or give its --results)")
-    return saved_comparison(setting_dir, rows, "run the table first (or give its --results)")
+        return Comparison()
+    comp = saved_comparison(setting_dir, (), "run the table first (or give its --results)")
+    if not comp.histories:
+        raise ConfigError(f"--report-only: {setting_dir / 'histories.json'} holds no run; run the table first")
+    return comp
+
+
+def raise_no_results(setting_dir: Path) -> None:
+    from orchestrator.experiment.config import ConfigError
+
+    raise ConfigError(f"--report-only: no saved results at {setting_dir / 'histories.json'}; run the table "
+                      "first (or give its --results)")
 
 
 def table_cells(spec: TableFile, plan: BudgetPlan, built: set[str],
@@ -159,6 +261,8 @@ def column_cell(spec: TableFile, c: ColumnPlan, row_id: str, built: set[str],
     if spec.rows[row_id].method not in built:
         return Cell(paper, CellState.NOT_BUILT)
     histories = comps[c.setting].histories.get(row_id, {})
+    if not histories:
+        return Cell(paper, CellState.NO_RUN)
     values = [aggregate_metric(h, c.metric) for h in histories.values()]
     spreads = [aggregate_metric(h, c.column.spread_metric) for h in histories.values()] \
         if c.column.spread_metric else []
@@ -244,14 +348,16 @@ def start_method(cfg, data) -> None:
 def configure(parser) -> None:
     parser.add_argument("config", metavar="TABLE_CONFIG", help="a paper's tables: configs/tables/<paper>.yaml")
     parser.add_argument("--budget", default=DEFAULT_BUDGET, metavar="NAME",
-                        help=f"{DEFAULT_BUDGET} (default): the spec's small-scale protocol; paper: the paper's own "
-                             "datasets, models, clients and rounds (the file's budgets)")
+                        help=f"{DEFAULT_BUDGET} (default): the spec's small-scale protocol, a quick budget; "
+                             f"{REPORT_BUDGET}: the paper's federation on MNIST, the budget docs/tables/ is made from; "
+                             "smoke: a few minutes; paper: the paper's own datasets, models, clients and rounds (the "
+                             "file's budgets)")
     parser.add_argument("--check", action="store_true",
                         help="validate every cell's config and list the rows not built, running nothing; with "
                              "--budget paper also that the data are on disk and each method starts on them")
     parser.add_argument("--out", default=None, metavar="MARKDOWN",
-                        help="report to write (default: docs/tables/<paper>.md; <paper>.<budget>.md for another "
-                             "budget)")
+                        help=f"report to write (default: docs/tables/<paper>.md for the {REPORT_BUDGET} budget; "
+                             "<paper>.<budget>.md for another)")
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="directory for each setting's comparison (default: results/tables/<paper>/<budget>); "
                              "one command at a time writes it")
@@ -265,9 +371,9 @@ def configure(parser) -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the report from the histories saved under --results, running nothing")
     parser.add_argument("--tune", action="store_true",
-                        help="tune every row's hyperparameters on a validation split (the file's `tuning:`, one "
-                             "sweep per row; resumes an interrupted one) and write them to the tuned-values file, "
-                             "running no cell; the next run of the table uses them")
+                        help="tune every row's hyperparameters on a validation split (the budget's `tuning:`, one "
+                             "sweep per row; resumes an interrupted one) and write them to the budget's tuned-values "
+                             "file, running no cell; the next run of the budget uses them")
     add_outside_code_arg(parser)
 
 
@@ -285,7 +391,10 @@ def reproduce_command(args, default_report: str) -> str:
 
 
 def default_out(spec: TableFile, budget: str) -> str:
-    return f"docs/tables/{spec.paper}.md" if budget == DEFAULT_BUDGET else f"docs/tables/{spec.paper}.{budget}.md"
+    """docs/tables/<paper>.md for the budget the published reports are made from (the `mnist` budget where the
+    file has one, else the digits budget), docs/tables/<paper>.<budget>.md for every other."""
+    report = REPORT_BUDGET if REPORT_BUDGET in spec.budgets else DEFAULT_BUDGET
+    return f"docs/tables/{spec.paper}.md" if budget == report else f"docs/tables/{spec.paper}.{budget}.md"
 
 
 def main(args) -> int:
@@ -317,9 +426,11 @@ def main(args) -> int:
     with nullcontext() if args.report_only else holding_results(results, [r.setting for r in runs if r.variants]):
         if not args.report_only and (problems := preflight(runs, seeds)):
             raise ConfigError("; ".join(problems))  # before any run, not after the first settings' hours
+        if not args.report_only:
+            print(table_estimate(plan, runs, seeds, args.parallel, saved_seeds(runs, results)), file=sys.stderr)
         comps = run_settings(runs, seeds, results, args.address, args.parallel,
                              echo=lambda s: print(s, file=sys.stderr), report_only=args.report_only,
-                             progress=not args.quiet)
+                             progress=not args.quiet, plan=plan)
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
                            {r.setting: r.base for r in runs}, reproduce_command(args, default_out(spec, plan.name)),
@@ -345,44 +456,128 @@ def holding_results(results: Path, subdirs: list[str]) -> Iterator[None]:
 
 
 def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
-    """--tune: one sweep per row that tunes, in the tuning setting; the choices written as each sweep ends."""
+    """--tune: one sweep per row that tunes, in the tuning setting of the budget (the digits budget's `tuning:`, or
+    the budget's own); the choices written as each sweep ends."""
     from orchestrator.experiment.config import ConfigError
     from pipelines.table_tuning import rows_to_tune, tune
 
-    if spec.tuning is None:
+    own = plan.name == DEFAULT_BUDGET or spec.budgets[plan.name].tuning is not None
+    if not own:
+        raise ConfigError(f"--tune --budget {plan.name}: that budget has no `tuning:` of its own (it runs "
+                          + ("the digits budget's tuned values: drop --budget" if spec.budgets[plan.name].tuned else
+                             "the rows' own values") + "); budgets that tune: "
+                          + ", ".join([DEFAULT_BUDGET] * (spec.tuning is not None)
+                                      + [n for n, b in spec.budgets.items() if b.tuning is not None]))
+    tuning = spec.tuning_of(plan.name)
+    if tuning is None:
         raise ConfigError(f"{args.config}: --tune needs a `tuning:` block (setting, trials, validation_fraction, "
                           "overrides): see docs/tables/README.md")
-    if plan.name != DEFAULT_BUDGET:
-        raise ConfigError(f"--tune tunes the {DEFAULT_BUDGET} budget, whose validation splits choose the values; "
-                          f"drop --budget {args.budget}")
     results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
-    check_studies_current(spec, args.overrides, results)
+    check_studies_current(spec, args.overrides, results, plan.name)
     # tuned from the file's own values: the earlier choices are not the starting point of the new search
     untuned = replace(plan, tuned={})
-    run = setting_run(spec, untuned, spec.tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
+    run = setting_run(spec, untuned, tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
+    print(tuning_estimate(spec, plan, run, tuning, args.parallel), file=sys.stderr)
     with holding_results(results, ["tuning"]):
-        if problems := preflight([run], [spec.tuning.seed]):
+        if problems := preflight([run], [tuning.seed]):
             raise ConfigError("; ".join(problems))
         out = tune(spec, run, args.config, results, args.address, args.parallel,
-                   echo=lambda s: print(s, file=sys.stderr), cli_overrides=args.overrides)
+                   echo=lambda s: print(s, file=sys.stderr), cli_overrides=args.overrides, budget=plan.name)
     print(f"wrote {out}")
     return 0
 
 
-def check_studies_current(spec: TableFile, overrides: list[str], results: Path) -> None:
+def check_studies_current(spec: TableFile, overrides: list[str], results: Path, budget: str = DEFAULT_BUDGET) -> None:
     """--tune resumes the rows' studies: where the tuned values came from another tuning (or other --set) than
     this one, their studies scored trials that way, and resuming would mix the two. More trials alone is what a
     resume is for; anything else is refused while those studies are there."""
     from orchestrator.experiment.config import ConfigError
 
-    drift = {k: v for k, v in spec.tuning_drift.items() if k != "trials"}
-    if spec.tuned_rows and spec.tuned_set != list(overrides):
-        drift["set"] = (f"its trials ran with --set {' '.join(spec.tuned_set) or '(none)'}, this --tune with "
+    state = spec.tuned_state(budget)
+    drift = {k: v for k, v in state.drift.items() if k != "trials"}
+    if state.rows and state.set != list(overrides):
+        drift["set"] = (f"its trials ran with --set {' '.join(state.set) or '(none)'}, this --tune with "
                         f"{' '.join(overrides) or '(none)'}")
     studies = results / "tuning" / "optuna.db"
     if drift and studies.exists():
         raise ConfigError(f"--tune: the tuned values' {'; '.join(drift.values())}, and the studies in {studies} "
                           "scored their trials that way: remove that file to tune afresh (or tune as before)")
+
+
+# ------------------------------------------------------------------------------------------ estimates
+def saved_seeds(runs: list[SettingRun], results: Path) -> dict[str, dict[str, list[int]]]:
+    """setting → row → the seeds whose runs are saved for its current config (run_setting will not run them)."""
+    out = {}
+    for run in runs:
+        prints = {row: fingerprint(run.base, v) for row, v in run.variants.items()}
+        out[run.setting] = {row: list(by_seed) for row, by_seed in saved_runs(results / run.setting, prints).items()}
+    return out
+
+
+def minutes(seconds: float) -> str:
+    if seconds < 600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def run_seconds(plan: BudgetPlan, row_id: str, rounds: int, setting: str = "") -> float | None:
+    """One run's measured cost at this budget (None: the budget has no figure for the row)."""
+    seconds = plan.timing.of(row_id, setting) if plan.timing else None
+    return None if seconds is None else plan.timing.start_seconds + rounds * seconds
+
+
+def table_estimate(plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], parallel: int | None,
+                   saved: dict[str, dict[str, list[int]]] | None = None) -> str:
+    """One line: the runs left and, from the budget's measured seconds a round, about how long they take."""
+    left = runs_left(runs, seeds, saved or {})
+    done = sum(len(r.variants) for r in runs) * len(seeds) - len(left)
+    head = f"{len(left)} runs to go" + (f" ({done} saved, not run again)" if done else "")
+    total = table_seconds(plan, left, parallel)
+    if total is None:
+        return (f"estimate: {head}; budget {plan.name} has no measured seconds a round (`timing:`), so the time "
+                "is estimated after the first setting")
+    at = parallel or plan.timing.parallel
+    return f"estimate: {head}, about {minutes(total)} at {at} at a time (measured: {plan.timing.measured})"
+
+
+def runs_left(runs: list[SettingRun], seeds: list[int], saved: dict[str, dict[str, list[int]]]) -> list[tuple]:
+    """(setting, row, rounds) of every run not saved yet."""
+    return [(r.setting, row, v.get("train.rounds", r.base.train.rounds))
+            for r in runs for row, v in r.variants.items()
+            for seed in seeds if seed not in saved.get(r.setting, {}).get(row, [])]
+
+
+def table_seconds(plan: BudgetPlan, left: list[tuple], parallel: int | None) -> float | None:
+    """The wall seconds of these runs from the budget's measured figures, `parallel` (or the timing's) at a
+    time; None without figures."""
+    if plan.timing is None:
+        return None
+    return sum(run_seconds(plan, row, rounds, setting) for setting, row, rounds in left) / \
+        (parallel or plan.timing.parallel)
+
+
+def tuning_estimate(spec: TableFile, plan: BudgetPlan, run: SettingRun, tuning, parallel: int | None) -> str:
+    """One line: the tuning's trials and, from the budget's measured seconds a round, at most how long they take
+    (pruned trials stop early; a widened range tunes a row again)."""
+    from orchestrator.experiment.config import with_overrides
+    from pipelines.table_tuning import search_space
+
+    trials, seconds, rows = 0, 0.0, 0
+    for row_id, variant in run.variants.items():
+        grid = spec.rows[row_id].tune_grid
+        n = math.prod(len(v) for v in grid.values()) if grid else tuning.trials
+        if not search_space(spec, row_id):
+            continue
+        rounds = with_overrides(run.base, {**variant, **tuning.overrides}).train.rounds
+        trials, rows = trials + n, rows + 1
+        cost = run_seconds(plan, row_id, rounds, run.setting)
+        seconds = None if cost is None or seconds is None else seconds + n * cost
+    head = f"tuning: {rows} rows, {trials} trials in {tuning.setting}"
+    if seconds is None:
+        return f"{head}; budget {plan.name} has no measured seconds a round (`timing:`) to estimate the time from"
+    at = parallel or (plan.timing.parallel if plan.timing else 1)
+    return (f"{head}, at most about {minutes(seconds / at)} at {at} at a time before any widening (measured: "
+            f"{plan.timing.measured})")
 
 
 def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str]) -> int:

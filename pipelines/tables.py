@@ -125,6 +125,10 @@ def run_settings(runs: list[SettingRun], seeds: list[int], results: Path, addres
         if not any(c.histories for c in comps.values()):
             first = next((r.setting for r in runs if r.variants), runs[0].setting if runs else "")
             raise_no_results(results / first)
+        missing = [f"{r.setting}: {row} (seeds {', '.join(map(str, left))})" for r in runs for row in r.variants
+                   if (left := [s for s in seeds if s not in comps[r.setting].histories.get(row, {})])]
+        if missing:
+            echo("--report-only: not finished, reported as such: " + "; ".join(missing))
         return comps
     started = time.perf_counter()
     for i, run in enumerate(runs):
@@ -595,4 +599,5 @@ def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int
         raise ConfigError("; ".join(problems))
     print(f"budget {plan.name}: the data are on disk, every seed's partition can be drawn and every built "
           "method starts on them")
+    print(table_estimate(plan, runs, seeds, args.parallel))
     return 0

@@ -334,8 +334,9 @@ def test_tuned_values_replace_the_rows_params_in_the_digits_budget_only(tmp_path
     assert short_run.variants["b"]["algorithm.fedprox.mu"] == 0.02  # a shorter digits budget that asks for them
     cells = table_cells(spec, digits, built_methods(spec), {"s": Comparison(histories={})})
     text = render_report(spec, digits, cells, built_methods(spec), {"s": run.base}, "mooring table tiny.yaml", path, [])
-    assert ("| B | `fedprox` | mu = 0.02 | `--tune`: 2 trials over mu in 0.001..1 log on a validation split "
-            "(study tiny-tune-b, 2026-11-26); best validation accuracy:final 0.5 |") in text
+    assert ("| B | `fedprox` | mu = 0.02 | `--tune`: 2 trials (completed and pruned not recorded) over mu in "
+            "0.001..1 log on a validation split (study tiny-tune-b, 2026-11-26); best validation accuracy:final 0.5; "
+            "**only 2 trials** (fewer than 20) |") in text
     assert "tuned rows (`mooring table --tune`): 2 Optuna trials" in text
 
 

@@ -331,3 +331,26 @@ def test_a_table_resumes_where_it_stopped_and_reports_what_finished(ray_session,
     (results / "m" / "histories.json").write_text(json.dumps({k: v for k, v in hist.items() if k != "c"}))
     assert mooring([*args, "--seeds", "0,1", "--report-only"]) == 0
     assert "| C | 65.0 / no run finished |" in out.read_text()
+
+
+@pytest.mark.ray
+def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_runs_them(ray_session, workdir,
+                                                                                           tmp_path, capsys):
+    path = tiny_budget_spec(tmp_path)
+    raw = yaml.safe_load(Path(path).read_text())
+    raw["rows"]["c"]["tune"] = False  # one row tunes: b (FedProx's μ)
+    raw["budgets"]["mnist"]["tuning"] |= {"trials": 2, "widen": 1, "overrides": {"train.rounds": 1}}
+    Path(path).write_text(yaml.safe_dump(raw, allow_unicode=True))
+    args = ["table", path, "--budget", "mnist", "--results", str(tmp_path / "r"), "--parallel", "1",
+            "--address", ray_session.get_runtime_context().gcs_address, *(a for o in workdir for a in ("--set", o))]
+    assert mooring([*args, "--tune"]) == 0
+    assert "tuning: 1 rows, 2 trials in m, at most about" in capsys.readouterr().err  # the estimate, first
+    assert not (tmp_path / "tiny.tuned.yaml").exists()  # the digits budget's values are not touched
+    record = yaml.safe_load((tmp_path / "tiny.mnist.tuned.yaml").read_text())
+    row = record["rows"]["b"]
+    assert record["tuning"]["setting"] == "m" and list(record["rows"]) == ["b"]
+    assert row["start"] == {"mu": 0.1} and row["completed"] + row["pruned"] == row["trials"] >= 2
+    assert row["moved"] == (row["params"] != {"mu": 0.1})
+    spec = load_table_file(path)
+    [run] = plan_settings(spec, resolve_budget(spec, "mnist", path), built_methods(spec), [], path)
+    assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipelines.claims import saved_comparison, scale_of
-from pipelines.comparison import Comparison, aggregate_metric
+from pipelines.claims import saved_comparison
+from pipelines.comparison import Comparison
 from pipelines.table_config import (
     ALGORITHM_SLOT,
     DEFAULT_BUDGET,
@@ -28,7 +28,7 @@ from pipelines.table_config import (
     load_table_file,
     resolve_budget,
 )
-from pipelines.table_report import Cell, CellState, measured, render_report
+from pipelines.table_report import Cell, CellState, measure, render_report
 
 
 def built_methods(spec: TableFile) -> set[str]:
@@ -150,11 +150,7 @@ def column_cell(spec: TableFile, c: ColumnPlan, row_id: str, built: set[str],
         return Cell(paper, CellState.NO_PAPER_NUMBER)
     if spec.rows[row_id].method not in built:
         return Cell(paper, CellState.NOT_BUILT)
-    histories = comps[c.setting].histories.get(row_id, {})
-    values = [aggregate_metric(h, c.metric) for h in histories.values()]
-    spreads = [aggregate_metric(h, c.column.spread_metric) for h in histories.values()] \
-        if c.column.spread_metric else []
-    m = measured(values, spreads, scale_of(c.metric))
+    m = measure(comps[c.setting].histories.get(row_id, {}), c)
     return Cell(paper, CellState.NO_METRIC) if m is None else Cell(paper, CellState.MEASURED, m)
 
 

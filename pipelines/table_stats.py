@@ -30,19 +30,21 @@ def exact(value: float) -> Fraction:
     return Fraction(value).limit_denominator(MAX_DENOMINATOR)
 
 
-def logged(history: list[dict[str, Any]], key: str) -> list[tuple[int, Fraction]]:
-    """(round, exact value) of every round that logged `key`."""
+def logged(history: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """(round, value) of every round that logged `key`."""
     out = []
     for i, m in enumerate(history):
         value = m.get(key)
         if value is None or math.isnan(float(value)):
             continue
-        out.append((int(m.get("round", i + 1)), exact(float(value))))
+        out.append((int(m.get("round", i + 1)), float(value)))
     return out
 
 
 def exact_metric(history: list[dict[str, Any]], spec: str) -> Fraction | None:
-    """`KEY:AGG` of one run (pipelines/comparison.py aggregate_metric's aggregations) in exact arithmetic."""
+    """`KEY:AGG` of one run (pipelines/comparison.py aggregate_metric's aggregations) in exact arithmetic. The
+    rounds are chosen on the floats (values equal in exact terms differ by noise only, so which of them is chosen
+    does not change the result) and only the chosen ones are read back exactly."""
     key, _, agg = spec.partition(":")
     agg = agg or "final"
     if agg == "last5_sync":
@@ -51,14 +53,12 @@ def exact_metric(history: list[dict[str, Any]], spec: str) -> Fraction | None:
     if not values:
         return None
     if agg == "final":
-        return values[-1]
+        return exact(values[-1])
     if agg == "best":
-        return max(values)
-    if agg == "last5":
-        return sum(values[-5:], Fraction(0)) / len(values[-5:])
-    if agg == "top5":
-        top = sorted(values)[-5:]
-        return sum(top, Fraction(0)) / len(top)
+        return exact(max(values))
+    if agg in ("last5", "top5"):
+        chosen = values[-5:] if agg == "last5" else sorted(values)[-5:]
+        return mean([exact(v) for v in chosen])
     raise ValueError(f"metric {spec!r}: aggregation must be final, best, last5, top5 or last5_sync")
 
 
@@ -71,7 +71,7 @@ def rounds_to(history: list[dict[str, Any]], key: str, target: float) -> tuple[i
         return None
     goal = exact(target)
     for round_, value in values:
-        if value >= goal:
+        if exact(value) >= goal:
             return round_, True
     last = max(int(m.get("round", i + 1)) for i, m in enumerate(history))
     return last + 1, False

@@ -123,6 +123,7 @@ class ColumnStats:
 
 
 def column_stats(column: ColumnPlan, cells: dict[str, Cell], reference: list[str]) -> ColumnStats:
+    """The column's measured rows but the reference ones, ordered, tested pairwise, lettered, and τ."""
     compared = [r for r, c in cells.items() if c.state is CellState.MEASURED and r not in reference]
     sign = 1 if column.column.higher_is_better else -1
     order = sorted(compared, key=lambda r: -sign * cells[r].measured.ranked)  # stable: ties in the file's order

@@ -108,7 +108,14 @@ class Column(Strict):
     metric: str | None = Field(None, description="KEY:AGG (pipelines/comparison.py aggregate_metric); default: the file's")
     spread_metric: str | None = Field(None, description="KEY:AGG of the ± the paper prints when it is not the std over "
                                       "seeds (FedNH's across-client std); its mean over seeds is shown")
-    rank_by: Literal["value", "spread"] = Field("value", description="what Kendall's τ orders the rows by")
+    rank_by: Literal["value", "spread"] = Field("value", description="what the column's intervals, tiers and "
+                                                "Kendall's τ are computed on: the metric, or the spread_metric")
+    rounds_to: float | None = Field(None, gt=0, description="the column is the rounds the metric's KEY takes to "
+                                    "reach this value (0.5: 50 % accuracy), from each run's history, instead of "
+                                    "the metric itself")
+    better: Literal["higher", "lower"] | None = Field(None, description="which way a row is better, for its tier "
+                                                      "and rank; default: lower for rounds_to and for rank_by "
+                                                      "spread (a spread across clients: fairer), else higher")
     not_expressible: str | None = Field(None, description="why the protocol cannot reproduce the column")
 
     @model_validator(mode="after")
@@ -117,7 +124,16 @@ class Column(Strict):
             raise ValueError(f"column {self.name!r}: give either `setting` or `not_expressible` (why not), not both")
         if self.rank_by == "spread" and self.spread_metric is None:
             raise ValueError(f"column {self.name!r}: rank_by spread needs a spread_metric")
+        if self.rounds_to is not None and self.rank_by == "spread":
+            raise ValueError(f"column {self.name!r}: rounds_to counts rounds of the metric, not of its spread; drop "
+                             "rank_by spread")
         return self
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.better is not None:
+            return self.better == "higher"
+        return self.rounds_to is None and self.rank_by == "value"
 
 
 class Table(Strict):
@@ -266,7 +282,14 @@ class TableFile(Strict):
     tuning: Tuning | None = Field(None, description="how `--tune` tunes the rows")
     tuned: str | None = Field(None, description="the tuned-values file `--tune` writes and the digits budget reads, "
                               "relative to this file (default <paper>.tuned.yaml beside it)")
-    notes: str = ""
+    own: list[str] = Field(default_factory=list, description="the rows of the paper's own method: their tier is "
+                           "marked in every column, and the report's statements measure them")
+    baseline: str | None = Field(None, description="the row the own method's lead is measured against (FedAvg)")
+    reference: list[str] = Field(default_factory=list, description="rows printed for reference under another "
+                                 "condition (FedFA's IID \"w/o skew\"): shown, but left out of the tiers, the "
+                                 "pairs resolved, Kendall's τ and the statements")
+    notes: str = Field("", description="why, in the author's words; every number, rank or order a report states "
+                       "is computed from the results (pipelines/table_report.py), never written here")
     _tuned: dict[str, TunedState] = PrivateAttr(default_factory=dict)  # keyed by the budget that tuned them
 
     def tuned_state(self, budget: str = DEFAULT_BUDGET) -> TunedState:
@@ -340,6 +363,20 @@ class TableFile(Strict):
                                  f"({', '.join(self.rows)}), a setting of the budget, '<setting>/<row>' or `default`")
             if budget.timing and "default" not in budget.timing.round_seconds:
                 raise ValueError(f"budgets.{name}.timing.round_seconds: give `default` for the runs not named")
+        return self
+
+    @model_validator(mode="after")
+    def marked_rows_exist(self) -> TableFile:
+        marked = [("own", r) for r in self.own] + [("reference", r) for r in self.reference]
+        marked += [("baseline", self.baseline)] if self.baseline is not None else []
+        for key, row in marked:
+            if row not in self.rows:
+                raise ValueError(f"{key}: {row!r} is not in `rows` ({', '.join(self.rows)})")
+        both = [r for r in self.own if r in self.reference or r == self.baseline]
+        if both:
+            raise ValueError(f"own: {both[0]!r} is also the baseline or a reference row; a row is one of the three")
+        if self.baseline is not None and self.baseline in self.reference:
+            raise ValueError(f"baseline: {self.baseline!r} is a reference row, left out of the comparisons")
         return self
 
     @model_validator(mode="after")

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.commands.common import add_outside_code_arg
-from pipelines.claims import saved_comparison, scale_of
-from pipelines.comparison import Comparison, aggregate_metric
+from pipelines.claims import saved_comparison
+from pipelines.comparison import Comparison
 from pipelines.table_config import (
     ALGORITHM_SLOT,
     DEFAULT_BUDGET,
@@ -34,7 +34,7 @@ from pipelines.table_config import (
     load_table_file,
     resolve_budget,
 )
-from pipelines.table_report import Cell, CellState, measured, render_report
+from pipelines.table_report import Cell, CellState, measure, render_report
 
 
 def built_methods(spec: TableFile) -> set[str]:
@@ -262,10 +262,7 @@ def column_cell(spec: TableFile, c: ColumnPlan, row_id: str, built: set[str],
     histories = comps[c.setting].histories.get(row_id, {})
     if not histories:
         return Cell(paper, CellState.NO_RUN)
-    values = [aggregate_metric(h, c.metric) for h in histories.values()]
-    spreads = [aggregate_metric(h, c.column.spread_metric) for h in histories.values()] \
-        if c.column.spread_metric else []
-    m = measured(values, spreads, scale_of(c.metric))
+    m = measure(histories, c)
     return Cell(paper, CellState.NO_METRIC) if m is None else Cell(paper, CellState.MEASURED, m)
 
 

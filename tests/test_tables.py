@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,28 @@ import yaml
 
 from orchestrator.cli import main as mooring
 from pipelines.comparison import Comparison
-from pipelines.table_config import DEFAULT_BUDGET, TableFile, load_table_file, paper_number, resolve_budget
-from pipelines.table_report import Measured, kendall_tau, measured, render_report
+from pipelines.table_config import (
+    DEFAULT_BUDGET,
+    Column,
+    ColumnPlan,
+    TableFile,
+    load_table_file,
+    paper_number,
+    resolve_budget,
+)
+from pipelines.table_report import (
+    Cell,
+    CellState,
+    column_stats,
+    format_cell,
+    format_resolved,
+    kendall_tau,
+    measure,
+    render_report,
+    render_table,
+    statements,
+)
+from pipelines.table_stats import exact, exact_metric, holm, letters, rounds_to
 from pipelines.tables import built_methods, plan_settings, reproduce_command, table_cells
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,12 +63,181 @@ def test_kendall_tau_by_hand():
     assert kendall_tau([1, 2, 3], [5, 5, 5]) is None  # Mooring's side constant: undefined
 
 
-def test_a_cells_numbers_are_the_mean_and_the_sample_std_over_seeds():
-    m = measured([0.9, 0.8, None], [], 100.0)
-    assert (m.mean, m.std, m.seeds) == (pytest.approx(85.0), pytest.approx(math.sqrt(50.0)), 2)  # ddof = 1
-    assert measured([0.5], [], 100.0) == Measured(50.0, None, None, 1)
-    assert measured([None, float("nan")], [], 100.0) is None
-    assert measured([0.8, 0.6], [0.1, 0.3], 100.0).spread == pytest.approx(20.0)
+def test_logged_accuracies_are_read_back_as_their_counts():
+    assert exact(5199 / 5400) == Fraction(5199, 5400)
+    assert exact(1 / 3) == Fraction(1, 3)
+    # the mean of three test sets' accuracies (1, 2 and 3 of 10 correct), summed in two orders: two floats, one value
+    accs = [1 / 10, 2 / 10, 3 / 10]
+    assert sum(accs) / 3 != sum(reversed(accs)) / 3
+    assert exact(sum(accs) / 3) == exact(sum(reversed(accs)) / 3) == Fraction(6, 30)
+    history = [{"round": r + 1, "accuracy": a} for r, a in enumerate([0.5, 0.6, 0.7, 0.8, 0.9, 0.3])]
+    assert exact_metric(history, "accuracy:last5") == Fraction(33, 50)  # (0.6 + 0.7 + 0.8 + 0.9 + 0.3) / 5
+    assert exact_metric(history, "accuracy:top5") == Fraction(7, 10)
+    assert exact_metric(history, "accuracy:final") == Fraction(3, 10)
+    assert exact_metric(history, "accuracy:best") == Fraction(9, 10)
+    assert exact_metric(history, "loss:final") is None
+
+
+def test_rounds_to_a_target_from_the_history():
+    # evaluated every other round: the rounds without an accuracy are skipped, the round numbers kept
+    history = [{"round": 1}, {"round": 2, "accuracy": 0.45}, {"round": 3}, {"round": 4, "accuracy": 0.5},
+               {"round": 5}, {"round": 6, "accuracy": 0.4}]
+    assert rounds_to(history, "accuracy", 0.5) == (4, True)  # reached at ≥, not >
+    assert rounds_to(history, "accuracy", 0.6) == (7, False)  # never: one round past the last
+    assert rounds_to(history, "loss", 0.5) is None
+    column = ColumnPlan(None, Column(name="r", setting="s", rounds_to=0.5), 0, "s", None, "accuracy:top5")
+    m = measure({0: history, 1: [{"round": 1, "accuracy": 0.2}, {"round": 2, "accuracy": 0.3}]}, column)
+    assert m.per_seed == {0: Fraction(4), 1: Fraction(3)} and m.unreached == 1 and m.mean == 3.5
+    half = T975[1] * math.sqrt(0.5) / math.sqrt(2)  # s = √0.5 for (4, 3)
+    assert m.interval == pytest.approx((3.5 - half, 3.5 + half))
+    assert format_cell(Cell(paper_number("120"), CellState.MEASURED, m), "a") == (
+        f"120 / ≥ **3.50** [{3.5 - half:.2f}, {3.5 + half:.2f}] (1 of 2 seeds never reached it) `a`")
+    assert not column.column.higher_is_better
+
+
+T975 = {1: 12.706204736174707, 2: 4.302652729749464, 4: 2.7764451051977987}  # t(0.975, n − 1), from tables
+
+
+def test_a_cells_number_is_the_mean_with_its_95_percent_t_interval():
+    column = ColumnPlan(None, Column(name="acc", setting="s"), 0, "s", None, "accuracy:final")
+    m = measure({0: [{"accuracy": 0.80}], 1: [{"accuracy": 0.82}], 2: [{"accuracy": 0.84}], 3: [{}]}, column)
+    half = T975[2] * 2.0 / math.sqrt(3)  # s = 2 points over the three seeds that logged it
+    assert (m.mean, m.seeds) == (pytest.approx(82.0), 3)
+    assert m.interval == pytest.approx((82.0 - half, 82.0 + half))
+    assert format_cell(Cell(paper_number("80.1"), CellState.MEASURED, m), "ab") == \
+        f"80.1 / **82.00** [{82 - half:.2f}, {82 + half:.2f}] `ab`"
+    one = measure({0: [{"accuracy": 0.5}]}, column)
+    assert one.interval is None and format_cell(Cell(paper_number("1"), CellState.MEASURED, one)) == \
+        "1 / **50.00** (1 seed)"
+    assert measure({0: [{"accuracy": float("nan")}]}, column) is None
+    spread = ColumnPlan(None, Column(name="pm", setting="s", spread_metric="std:final", rank_by="spread"), 0, "s",
+                        None, "personalized_x:final")
+    m = measure({0: [{"personalized_x": 0.8, "std": 0.1}], 1: [{"personalized_x": 0.6, "std": 0.3}]}, spread)
+    half = T975[1] * math.sqrt(200.0) / math.sqrt(2)  # on the spread: 10 and 30, s = √200
+    assert (m.mean, m.spread) == (pytest.approx(70.0), pytest.approx(20.0))
+    assert m.interval == pytest.approx((20.0 - half, 20.0 + half))  # the interval is the ranked spread's
+    assert not spread.column.higher_is_better  # a spread across clients: smaller is fairer
+
+
+def test_holm_by_hand():
+    adjusted = holm({"x": 0.01, "y": 0.04, "z": 0.03, "w": None})
+    # sorted 0.01, 0.03, 0.04, 1 (undefined); × 4, 3, 2, 1 → 0.04, 0.09, 0.08, 1, made non-decreasing
+    assert adjusted == pytest.approx({"x": 0.04, "z": 0.09, "y": 0.09, "w": 1.0})
+
+
+def test_compact_letters_by_hand():
+    # A > B > C > D; resolved: A–C, A–D, B–D. Groups no two of which differ: {A, B}, {B, C}, {C, D}
+    different = {frozenset("AC"), frozenset("AD"), frozenset("BD")}
+    assert letters(list("ABCD"), different) == {"A": "a", "B": "ab", "C": "bc", "D": "c"}
+    assert letters(list("ABC"), set()) == {"A": "a", "B": "a", "C": "a"}
+    assert letters(list("ABC"), {frozenset("AB"), frozenset("AC"), frozenset("BC")}) == {"A": "a", "B": "b", "C": "c"}
+
+
+def two_sided_p(diffs: list[float]) -> float:
+    """The paired t-test by hand: t = mean / (s / √n), p = 2 P(T > |t|) with n − 1 degrees of freedom."""
+    from scipy.stats import t
+
+    n, mean = len(diffs), sum(diffs) / len(diffs)
+    s = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return 2 * t.sf(abs(mean / (s / math.sqrt(n))), n - 1)
+
+
+# five seeds of three rows, correct predictions out of 100 test images
+COUNTS = {"a": [90, 91, 92, 93, 94], "b": [80, 82, 81, 84, 83], "c": [89, 91, 92, 92, 95]}
+
+
+def column_of(counts: dict[str, list[int]], paper: dict[str, str], **column) -> tuple[ColumnPlan, dict[str, Cell]]:
+    plan = ColumnPlan(None, Column(name="acc", setting="s", **column), 0, "s", None, "accuracy:final")
+    cells = {row: Cell(paper_number(paper[row]), CellState.MEASURED,
+                       measure({seed: [{"accuracy": n / 100}] for seed, n in enumerate(ns)}, plan))
+             for row, ns in counts.items()}
+    return plan, cells
+
+
+def test_a_columns_tiers_by_hand():
+    plan, cells = column_of(COUNTS, {"a": "70", "b": "60", "c": "65"})
+    stats = column_stats(plan, cells, [])
+    assert stats.order == ["a", "c", "b"]  # means 92, 91.8, 82
+    p = {pair: two_sided_p([x - y for x, y in zip(COUNTS[pair[0]], COUNTS[pair[1]])])
+         for pair in (("a", "b"), ("a", "c"), ("c", "b"))}
+    assert p["a", "b"] < p["c", "b"] < 0.05 / 2 and p["a", "c"] > 0.05  # diffs 10 9 11 9 11; −9 −9 −11 −8 −12
+    assert stats.adjusted == pytest.approx({frozenset("ab"): 3 * p["a", "b"], frozenset("bc"): 2 * p["c", "b"],
+                                            frozenset("ac"): p["a", "c"]})
+    assert stats.letters == {"a": "a", "c": "a", "b": "b"}
+    assert format_resolved(stats) == "2 of 3 pairs (67 %)"
+    assert stats.tau == 1.0  # the paper's a > c > b (70, 65, 60), as here
+    lower, cells_lower = column_of(COUNTS, {"a": "70", "b": "60", "c": "65"}, better="lower")
+    assert column_stats(lower, cells_lower, []).order == ["b", "c", "a"]
+
+
+def test_ties_in_counts_are_ties_in_tau_and_tiers():
+    """Three rows with the same counts in every seed, their floats apart by summation noise, and a fourth above:
+    τ-b counts the three pairs among them as ties, and no test separates them."""
+    noisy = {"a": [0.1 + 0.2, 0.7], "b": [0.3, 0.7], "c": [0.15 * 2, 0.7]}
+    assert len({v[0] for v in noisy.values()}) > 1  # the floats differ
+    plan = ColumnPlan(None, Column(name="acc", setting="s"), 0, "s", None, "accuracy:final")
+    cells = {row: Cell(paper_number(paper), CellState.MEASURED,
+                       measure({seed: [{"accuracy": v}] for seed, v in enumerate(values)}, plan))
+             for row, values, paper in (("a", noisy["a"], "70"), ("b", noisy["b"], "69"), ("c", noisy["c"], "68"),
+                                        ("d", [0.4, 0.8], "71"))}
+    stats = column_stats(plan, cells, [])
+    # n0 = 6 pairs, none tied in the paper, 3 tied here; the 3 pairs with d concordant: 3 / √(6 · 3)
+    assert stats.tau == pytest.approx(3 / math.sqrt(18))
+    assert stats.order == ["d", "a", "b", "c"]  # the tied rows in the file's order
+    assert stats.pvalues[frozenset("ab")] == stats.pvalues[frozenset("bc")] == 1.0  # equal in every seed
+    assert stats.pvalues[frozenset("ad")] == 0.0  # 10 points in both seeds: the t-test's limit
+    assert stats.rank("c", cells) == 2 and stats.rank("d", cells) == 1
+
+
+def test_reference_rows_are_shown_but_compared_with_nothing():
+    plan, cells = column_of(COUNTS | {"r": [99, 99, 98, 99, 99]}, {"a": "70", "b": "60", "c": "65", "r": "90"})
+    stats = column_stats(plan, cells, ["r"])
+    assert "r" not in stats.order and stats.tau_rows == 3 and len(stats.adjusted) == 3
+    assert format_cell(cells["r"], stats.letters.get("r"), reference=True).endswith("[98.24, 99.36] (reference)")
+
+
+def test_the_statements_are_computed_from_the_column():
+    spec = TableFile(**tiny_spec(own=["b"], baseline="a", rows={
+        "a": {"label": "A", "method": "fedavg", "tuned_by": "none"},
+        "b": {"label": "B", "method": "fedprox", "tuned_by": "none"},
+        "c": {"label": "C", "method": "moon", "tuned_by": "none"}},
+        tables=[{"id": "t1", "title": "T", "paper": {"a": ["70", "71"], "b": ["60", "61"], "c": ["65", "66"]},
+                 "columns": [{"name": "x", "setting": "s"}, {"name": "y", "setting": "s"}]}]))
+    plan = resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml")
+    history = {row: {seed: [{"accuracy": n / 100}] for seed, n in enumerate(ns)} for row, ns in COUNTS.items()}
+    cells = table_cells(spec, plan, built_methods(spec), {"s": Comparison(histories=history)})
+    stats = {c.index: column_stats(c, cells[("t1", c.index)], []) for c in plan.columns}
+    p_ab = 3 * two_sided_p([y - x for x, y in zip(COUNTS["a"], COUNTS["b"])])
+    # B is third of three, 10 points under A (the first, and the baseline: said once)
+    assert statements(spec, plan.columns, cells, stats) == [
+        f"- x, y: A is first (92.00); B is 3rd of 3 (82.00), tier `b`, -10.00 points from A (Holm p {p_ab:.3f}, "
+        "resolved); 2 of 3 pairs (67 %) resolved; the rows span 82.00 to 92.00.",
+        "- B: first in 0 of 1 conditions, in the top tier in 0 of 1; better than A in 0 of 1, resolved in 0 "
+        "(columns sharing a setting and metric counted once)."]
+    text = "\n".join(render_table(spec, "t1", plan.columns, cells))
+    assert "| Kendall's τ · pairs resolved | +1.00 (3 rows) · 2 of 3 pairs (67 %) | +1.00 (3 rows) · 2 of 3 " \
+           "pairs (67 %) |" in text
+    assert "| tier of B (the paper's method) | `b` below the top tier | `b` below the top tier |" in text
+
+
+def test_the_statements_name_the_own_rows_lead_and_its_gap_to_the_baseline():
+    spec = TableFile(**tiny_spec(own=["a"], baseline="b", rows={
+        "a": {"label": "A", "method": "fedavg", "tuned_by": "none"},
+        "b": {"label": "B", "method": "fedprox", "tuned_by": "none"},
+        "c": {"label": "C", "method": "moon", "tuned_by": "none"}},
+        tables=[{"id": "t1", "title": "T", "paper": {"a": ["70"], "b": ["60"], "c": ["65"]},
+                 "columns": [{"name": "x", "setting": "s"}]}]))
+    plan = resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml")
+    history = {row: {seed: [{"accuracy": n / 100}] for seed, n in enumerate(ns)} for row, ns in COUNTS.items()}
+    cells = table_cells(spec, plan, built_methods(spec), {"s": Comparison(histories=history)})
+    stats = {0: column_stats(plan.columns[0], cells[("t1", 0)], [])}
+    p_ac, p_ab = two_sided_p([x - y for x, y in zip(COUNTS["a"], COUNTS["c"])]), 3 * two_sided_p(
+        [x - y for x, y in zip(COUNTS["a"], COUNTS["b"])])
+    half = T975[4] * 1.0 / math.sqrt(5)  # A − B: 10 9 11 9 11, s = 1
+    assert statements(spec, plan.columns, cells, stats)[0] == (
+        f"- x: A is first (92.00), tier `a`, ahead of C by +0.20 points (Holm p {p_ac:.3f}, not resolved); "
+        f"A − B: +10.00 points over 5 seeds, uncorrected 95 % interval [{10 - half:+.2f}, {10 + half:+.2f}] (Holm p "
+        f"{p_ab:.3f}, resolved); 2 of 3 pairs (67 %) resolved; the rows span 82.00 to 92.00.")
 
 
 @pytest.mark.parametrize(("text", "value", "spread"), [
@@ -89,10 +279,14 @@ def test_the_report_by_hand():
     text = render_report(spec, plan, cells, built, {r.setting: r.base for r in runs}, "mooring table tiny.yaml",
                          "tiny.yaml", [])
     assert "| method | acc | cost |" in text
-    assert "| A | 70.0±1.0 / **85.00 ± 7.07** | 5 / – |" in text
-    assert "| B | 60.0 / **95.00 ± 0.00** | 6 / – |" in text
+    half = T975[1] * math.sqrt(50.0) / math.sqrt(2)  # A: 90 (seed 0's final round) and 80, s = √50
+    assert f"| A | 70.0±1.0 / **85.00** [{85 - half:.2f}, {85 + half:.2f}] `a` | 5 / – |" in text
+    assert "| B | 60.0 / **95.00** [95.00, 95.00] `a` | 6 / – |" in text  # no spread: a zero-width interval
     assert "| C | 65.0 / not built | — / – |" in text
-    assert "| Kendall's τ | -1.00 (2 rows) | – |" in text  # the paper has A above B, Mooring B above A
+    # the paper has A above B, Mooring B above A; their one pair is not resolved on two seeds
+    assert "| Kendall's τ · pairs resolved | -1.00 (2 rows) · 0 of 1 pairs (0 %) | – |" in text
+    assert "Computed from the results:\n\n- acc: B is first (95.00); 0 of 1 pairs (0 %) resolved; the rows span " \
+           "85.00 to 95.00." in text  # no own row or baseline in this file: nothing more to say
     assert "- cost: not expressible: a cost" in text
     assert "Not built: C." in text
     assert "| B | `fedprox` | mu = 0.1 | the paper | built |" in text
@@ -140,6 +334,7 @@ def test_every_table_file_validates_at_every_budget(path):
     assert used == set(spec.rows)  # every row is in some table, and no table names a row the file lacks
     for row in spec.rows.values():
         assert row.tuned_by.strip()
+    assert spec.own and all(r in spec.rows for r in spec.own)  # the paper's own method is marked
     built = built_methods(spec)
     for budget in [DEFAULT_BUDGET, *spec.budgets]:
         plan = resolve_budget(spec, budget, str(path))
@@ -178,6 +373,12 @@ def write_spec(tmp_path: Path, raw: dict) -> str:
     (lambda r: r["experiment"]["train"].update(rounds=0), "experiment: train.rounds = 0"),
     (lambda r: r["settings"].update({"a/b": {}}), "setting 'a/b': a setting's name becomes part of its runs' names"),
     (lambda r: r["rows"]["a"].update(per_setting={"t": {}}), "rows.a.per_setting: unknown setting 't'"),
+    (lambda r: r.update(own=["z"]), "own: 'z' is not in `rows` (a, b, c)"),
+    (lambda r: r.update(own=["a"], reference=["a"]), "own: 'a' is also the baseline or a reference row"),
+    (lambda r: r.update(baseline="b", reference=["b"]), "baseline: 'b' is a reference row"),
+    (lambda r: r["tables"][0]["columns"][0].update(rounds_to=0.5, spread_metric="x:final", rank_by="spread"),
+     "column 'acc': rounds_to counts rounds of the metric, not of its spread"),
+    (lambda r: r["tables"][0]["columns"][0].update(better="up"), "columns.0.better = 'up': Input should be 'higher' or 'lower'"),
 ])
 def test_a_bad_table_file_is_one_line_and_exit_2(tmp_path, capsys, change, problem):
     raw = tiny_spec()
@@ -298,10 +499,13 @@ def test_a_tiny_table_runs_end_to_end(ray_session, workdir, tmp_path):
     comp = Comparison(histories={v: {int(s): h for s, h in by_seed.items()} for v, by_seed in
                                  json.loads((results / "s" / "histories.json").read_text()).items()})
     assert sorted(comp.histories) == ["a", "b"] and sorted(comp.histories["a"]) == [0, 1]
+    spec = load_table_file(path)
+    column = resolve_budget(spec, DEFAULT_BUDGET, path).columns[0]
     for row, label, paper in (("a", "A", "70.0±1.0"), ("b", "B", "60.0")):
-        m = measured(list(comp.values(row, "accuracy:final").values()), [], 100.0)
-        assert f"| {label} | {paper} / **{m.mean:.2f} ± {m.std:.2f}** |" in report
-    assert "| C | 65.0 / not built |" in report and "| Kendall's τ |" in report
+        m = measure(comp.histories[row], column)
+        assert m.seeds == 2 and f"| {label} | {paper} / **{m.mean:.2f}** [{m.interval[0]:.2f}, {m.interval[1]:.2f}] `" \
+            in report
+    assert "| C | 65.0 / not built |" in report and "| Kendall's τ · pairs resolved | " in report
     assert ("mooring table " + path + " --set " + workdir[0]) in report
     assert mooring([*args, "--report-only"]) == 0  # rewritten from the saved histories, the same
     assert out.read_text() == report
@@ -408,3 +612,16 @@ def test_the_reproduce_command_names_a_report_written_elsewhere():
         "mooring table configs/tables/fedfm.yaml --budget short --seeds 0,1,2 --out docs/tables/fedfm.md"
     assert reproduce_command(Namespace(**{**vars(args), "out": "docs/tables/fedfm.short.md"}),
                              "docs/tables/fedfm.short.md").endswith("--seeds 0,1,2")  # the default: not named
+
+
+def test_the_budget_names_the_model_family_a_setting_gives_every_method():
+    from pipelines.table_report import budget_lines
+
+    path = str(ROOT / "configs" / "tables" / "fedsa.yaml")
+    spec = load_table_file(path)
+    plan = resolve_budget(spec, "short", path)
+    runs = plan_settings(spec, plan, built_methods(spec), [], path)
+    lines = budget_lines(plan, {r.setting: r.base for r in runs}, [])
+    assert any(line.startswith("- `device_htfe`: digits, each method's clients from the `htfe` model family, 50 "
+                               "clients") for line in lines)
+    assert any(line.startswith("- `silo_homogeneous`: digits, model `fedsa_digits_1`, 20 clients") for line in lines)

@@ -22,7 +22,15 @@ from orchestrator.commands.common import (
     add_outside_code_arg,
     apply_outside_code,
 )
-from pipelines.comparison import Comparison, Job, Stopped, absolute_paths, format_table, summary_table
+from pipelines.comparison import (
+    Comparison,
+    Job,
+    Stopped,
+    absolute_paths,
+    default_columns,
+    format_table,
+    summary_table,
+)
 
 if TYPE_CHECKING:
     from orchestrator.driver.signals import StopSignals
@@ -209,7 +217,7 @@ def metric_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name)
 
 
-def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
+def save_outputs(comp: Comparison, out_dir: Path, title: str, columns: list[str] | None = None) -> list[Path]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -220,7 +228,7 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
     table = pa.Table.from_pylist(comp.rows)
     pacsv.write_csv(table, out_dir / "runs.csv")
     pq.write_table(table, out_dir / "runs.parquet")
-    summary = pa.Table.from_pylist(summary_table(comp))
+    summary = pa.Table.from_pylist(summary_table(comp, columns))
     pacsv.write_csv(summary, out_dir / "summary.csv")
     pq.write_table(summary, out_dir / "summary.parquet")
     (out_dir / "histories.json").write_text(json.dumps(comp.histories))
@@ -235,24 +243,43 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str) -> list[Path]:
 # ------------------------------------------------------------------------------------------ pipeline
 def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
-            echo=print, progress: bool = True, baseline: str | None = None, out_option: str = "--out") -> Comparison:
+            echo=print, progress: bool = True, baseline: str | None = None, out_option: str = "--out",
+            metrics: list[str] | None = None, columns: list[str] | None = None) -> Comparison:
     """Every variant × seed (see the module's docstring); `out_dir` and every variant's config are checked before
     Ray starts and its actors against the cluster before the first run (orchestrator/driver/preflight.py), and
     `out_dir` is held from then on (orchestrator/io/output_lock.py; a refusal names it as `out_option`). With
-    `baseline`, the report adds the paired differences against it (pipelines/paired.py)."""
+    `baseline`, the report adds the paired differences against it (pipelines/paired.py), on `metrics` (summary
+    figures or "KEY:AGG"; default the accuracies); `columns`: the summary table's figures beside the accuracies
+    (default: pipelines/comparison.py, default_columns)."""
     from orchestrator.io.output_lock import check_output_dir, holding_output
 
     check_parallel(parallel, "parallel")
     check_output_dir(out_dir, out_option)
     jobs = plan_jobs(base, variants, seeds, actors_per_run)
+    check_judged_by_client(jobs[:len(variants)], {"--metric": metrics or [], "--columns": columns or []})
     with holding_output(out_dir, out_option):
         return _compare(base, variants, seeds, out_dir, jobs, address, parallel, actors_per_run, echo, progress,
-                        baseline)
+                        baseline, metrics, columns)
+
+
+def check_judged_by_client(jobs: list[Job], named: dict[str, list[str]]) -> None:
+    """A figure of the global model judged client by client needs every variant's runs to do so (eval.per_client):
+    one ConfigError line naming the first that does not."""
+    from pipelines.comparison import needs_per_client
+
+    for option, names in named.items():
+        for name in filter(needs_per_client, names):
+            for job in jobs:
+                if not job.cfg.eval.per_client.enabled:
+                    from orchestrator.experiment.config import ConfigError
+
+                    raise ConfigError(f"{option} {name}: variant {job.variant} does not judge the global model client "
+                                      "by client; add --set eval.per_client.enabled=true (docs/fairness.md)")
 
 
 def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, jobs: list[Job],
              address: str | None, parallel: int | None, actors_per_run: int, echo, progress: bool,
-             baseline: str | None) -> Comparison:
+             baseline: str | None, metrics: list[str] | None = None, columns: list[str] | None = None) -> Comparison:
     from orchestrator.driver.preflight import check_devices, check_variants
     from orchestrator.driver.signals import RunInterrupted
     from orchestrator.ray_runtime.ray_start import ensure_ray
@@ -276,10 +303,12 @@ def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_di
     comp.settings = variants
     if comp.rows:
         title = experiment_title(base, seeds)
-        for path in save_outputs(comp, Path(out_dir), title=title):
+        columns = default_columns(comp) if columns is None else columns
+        for path in save_outputs(comp, Path(out_dir), title=title, columns=columns):
             tracker.log_artifact(path)
-        table = summary_table(comp)
-        tracker.log_artifact(write_comparison_report(comp, table, variants, Path(out_dir), title, tracker, baseline))
+        table = summary_table(comp, columns)
+        tracker.log_artifact(write_comparison_report(comp, table, variants, Path(out_dir), title, tracker, baseline,
+                                                     columns, metrics))
         tracker.log_summary(parent_metrics(table))
         tracker.log_table(table, "summary_table.json")
     if comp.stopped is not None:
@@ -333,6 +362,15 @@ def configure(parser) -> None:
     parser.add_argument("--baseline", default=None, metavar="VARIANT",
                         help="also compare every variant with this one, seed by seed: paired differences, their "
                              "mean, 95 %% interval, wins and p (as `mooring claims` judges them)")
+    parser.add_argument("--metric", default=None, metavar="NAME,...",
+                        help="with --baseline: the figures paired instead of the global and personalized final "
+                             "accuracies: summary figures (worst10_accuracy, client_accuracy_std, "
+                             "final_global_accuracy, bytes_sent, ...; docs/fairness.md) or metrics of the rounds as "
+                             "KEY:AGG (accuracy_worst:best)")
+    parser.add_argument("--columns", default=None, metavar="NAME,...",
+                        help="the figures the table shows beside the accuracies, mean ± std over seeds (the same "
+                             "names as --metric; default: the fairness figures where the runs judged the global "
+                             "model client by client, eval.per_client)")
     add_outside_code_arg(parser)
 
 
@@ -419,13 +457,19 @@ def main(args) -> int:
     refuse_duplicates("--seeds", args.seeds, seeds)
     if args.baseline is not None and args.baseline not in variants:
         raise ConfigError(f"--baseline {args.baseline}: not a variant of this comparison; variants: {', '.join(variants)}")
+    metrics = figures_option(args.metric, "--metric")
+    columns = figures_option(args.columns, "--columns")
+    if metrics and args.baseline is None:
+        raise ConfigError(f"--metric {args.metric}: the paired test needs --baseline VARIANT")
     if args.output_json:
         check_output_file(args.output_json)
     comp = compare(base, variants, seeds, args.out, address=args.address, parallel=args.parallel,
-                   echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet, baseline=args.baseline)
-    table = summary_table(comp)
-    print(format_table(table))
-    paired = paired_section(comp, args.baseline)
+                   echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet, baseline=args.baseline,
+                   metrics=metrics, columns=columns)
+    columns = default_columns(comp) if columns is None else columns
+    table = summary_table(comp, columns)
+    print(format_table(table, columns))
+    paired = paired_section(comp, args.baseline, metrics)
     if paired is not None:
         print("\n" + paired[0])
     if args.output_json:
@@ -441,14 +485,27 @@ def main(args) -> int:
     return 0
 
 
-def paired_section(comp: Comparison, baseline: str | None) -> tuple[str, list[dict]] | None:
+def figures_option(text: str | None, option: str) -> list[str] | None:
+    """--metric or --columns: the figures named, each checked (pipelines/comparison.py, check_figure); None when
+    the option is not given."""
+    if text is None:
+        return None
+    from pipelines.comparison import check_figure
+
+    names = parse_list(text, str, option, "worst10_accuracy,client_accuracy_std")
+    refuse_duplicates(option, text, names)
+    return [check_figure(name, option) for name in names]
+
+
+def paired_section(comp: Comparison, baseline: str | None,
+                   metrics: list[str] | None = None) -> tuple[str, list[dict]] | None:
     """The paired table against the baseline (text, JSON rows), or None without a baseline."""
     if baseline is None:
         return None
     from pipelines.paired import as_json, format_paired, paired_rows
 
-    rows = paired_rows(comp, baseline)
-    return format_paired(rows, baseline), as_json(rows)
+    rows = paired_rows(comp, baseline, metrics)
+    return format_paired(rows, baseline, metrics), as_json(rows)
 
 
 def requested_variants(args) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.reporting.results import FAIRNESS_FIGURES
 from tasks.privacy.settings import EPSILON_KEYS
 
 
@@ -66,6 +67,14 @@ class Comparison:
     def values(self, variant: str, spec: str) -> dict[int, float | None]:
         return {seed: aggregate_metric(h, spec) for seed, h in self.histories.get(variant, {}).items()}
 
+    def figure(self, variant: str, name: str) -> dict[int, float | None]:
+        """Per seed: a summary figure of the variant's finished runs (a key of their rows: final_global_accuracy,
+        worst10_accuracy, bytes_sent, ...), or else a "KEY:AGG" metric of their histories (`values`)."""
+        rows = [r for r in self.rows if r["variant"] == variant and not r.get("failed")]
+        if ":" not in name and any(name in r for r in rows):
+            return {r["seed"]: r.get(name) for r in rows}
+        return self.values(variant, name)
+
     @property
     def failed(self) -> list[dict[str, Any]]:
         """The rows of the runs that failed, each with its reason under "failed"."""
@@ -103,6 +112,10 @@ LEGEND = ("global: the server's model on the global test set · personalized: ea
           "test data · last round, %, mean ± sample standard deviation (n − 1) over seeds · –: no such model · MB sent: model traffic between "
           "server and clients, both ways, all rounds")
 
+FAIRNESS_LEGEND = ("worst10_accuracy: the global model's mean accuracy over the worst 10 % of clients on their own "
+                   "test data (the ceiling of n/10 clients, at least one) · client_accuracy_std: its spread (std) "
+                   "across clients · personalized_*: the same for the clients' own models (docs/fairness.md)")
+
 PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model updates, trusted server · ε stats: "
                   "sample-level, per client, of its class statistics (docs/privacy.md)")
 
@@ -116,8 +129,51 @@ def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else None
 
 
-def summary_table(comp: Comparison) -> list[dict[str, Any]]:
-    """One row per variant, in the order the variants ran: global and personalized accuracy kept apart."""
+# the summary figures of a run (orchestrator/reporting/results.py, summary_metrics, and what compare adds), which
+# --metric and --columns name; a metric of the histories is named "KEY:AGG" (aggregate_metric)
+SUMMARY_FIGURES = ("final_global_accuracy", "best_global_accuracy", "final_personalized_accuracy",
+                   "best_personalized_accuracy", *FAIRNESS_FIGURES, "bytes_sent", "simulated_seconds",
+                   "time_to_target", *EPSILON_KEYS, "rounds", "wall_seconds")
+AGGREGATIONS = ("final", "best", "last5", "top5", "last5_sync")
+# the figures of the global model judged client by client, which only a run with eval.per_client logs
+PER_CLIENT_FIGURES = ("client_accuracy", "client_accuracy_mean", "worst10_accuracy", "client_accuracy_std")
+# the columns the table adds where the runs judged the global model client by client (eval.per_client)
+FAIRNESS_COLUMNS = ("worst10_accuracy", "client_accuracy_std", "personalized_worst10_accuracy",
+                    "personalized_accuracy_client_std")
+
+
+def check_figure(name: str, option: str) -> str:
+    """`name` if it names a summary figure or a "KEY:AGG" history metric, else a ConfigError of one line."""
+    key, colon, agg = name.partition(":")
+    if (colon and key and agg in AGGREGATIONS) or (not colon and name in SUMMARY_FIGURES):
+        return name
+    from orchestrator.experiment.config import ConfigError
+
+    if colon:
+        raise ConfigError(f"{option} {name}: expected KEY:AGG, AGG one of {', '.join(AGGREGATIONS)} "
+                          "(for example accuracy_worst:final)")
+    raise ConfigError(f"{option} {name}: not a summary figure; figures: {', '.join(SUMMARY_FIGURES)}; or a metric "
+                      "of the rounds as KEY:AGG (for example accuracy_worst:final)")
+
+
+def needs_per_client(name: str) -> bool:
+    """Whether a figure or metric is of the global model judged client by client (eval.per_client)."""
+    return name.partition(":")[0] in PER_CLIENT_FIGURES
+
+
+def default_columns(comp: Comparison) -> list[str]:
+    """The columns beside the accuracies: the fairness figures the runs logged, where they judged the global model
+    client by client (eval.per_client); none otherwise."""
+    if not any(r.get("worst10_accuracy") is not None for r in comp.rows):
+        return []
+    return [c for c in FAIRNESS_COLUMNS if any(r.get(c) is not None for r in comp.rows)]
+
+
+def summary_table(comp: Comparison, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per variant, in the order the variants ran: global and personalized accuracy kept apart; and for
+    each of `columns` (default: `default_columns`), a summary figure or "KEY:AGG" metric, its mean and sample
+    standard deviation over seeds (COLUMN_mean, COLUMN_std)."""
+    columns = default_columns(comp) if columns is None else columns
     by_variant: dict[str, list[dict]] = {}
     for row in comp.rows:
         by_variant.setdefault(row["variant"], []).append(row)
@@ -129,6 +185,8 @@ def summary_table(comp: Comparison) -> list[dict[str, Any]]:
             entry["settings"] = settings_text(comp.settings[variant])
         for name, key in ACCURACIES:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
+        for column in columns:
+            entry[f"{column}_mean"], entry[f"{column}_std"] = mean_std(list(comp.figure(variant, column).values()))
         entry["bytes_sent"] = mean_std([r["bytes_sent"] for r in rows])[0]
         entry["wall_seconds"] = mean_std([r["wall_seconds"] for r in rows])[0]
         for key in EPSILON_KEYS:  # privacy: the ε reached (the same for every seed of a variant)
@@ -158,26 +216,41 @@ def format_accuracy(mean: float | None, std: float | None) -> str:
     return f"{100 * mean:.2f} %" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f} %"
 
 
-def format_table(table: list[dict[str, Any]]) -> str:
+def format_cell(column: str, mean: float | None, std: float | None) -> str:
+    """A chosen column's cell: an accuracy (or its spread) in %, any other figure as a number."""
+    if "accuracy" not in column.partition(":")[0]:
+        return "–" if mean is None else f"{mean:.4g}" if std is None else f"{mean:.4g} ± {std:.2g}"
+    return format_accuracy(mean, std)
+
+
+def format_table(table: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     """The table; ε columns (models, class statistics) only where some variant ran with privacy noise, the
-    simulated clock's only where some variant ran with a participation block."""
+    simulated clock's only where some variant ran with a participation block; then the chosen `columns` (default:
+    those the rows hold, COLUMN_mean)."""
+    if columns is None:
+        columns = [k.removesuffix("_mean") for k in (table[0] if table else {}) if k.endswith("_mean")
+                   and k not in ("global_accuracy_mean", "personalized_accuracy_mean")]
+    chosen_width = [max(17, len(c)) for c in columns]
     clock = any("simulated_seconds" in row for row in table)
     private = [key for key in EPSILON_KEYS if any(row.get(key) is not None for row in table)]
     titles = {"dp_epsilon": "ε models", "dp_epsilon_stats": "ε stats"}
     width = max([28, *(len(row["variant"]) for row in table)])  # a long label keeps the columns aligned
     lines = [f"{'variant':<{width}} {'seeds':>5} {'global accuracy':>17} {'personalized accuracy':>22} {'MB sent':>9}"
              + "".join(f" {titles[key]:>9}" for key in private)
-             + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")]
+             + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")
+             + "".join(f" {c:>{w}}" for c, w in zip(columns, chosen_width))]
     for row in table:
         acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
         mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
         eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
+        chosen = "".join(f" {format_cell(c, row.get(f'{c}_mean'), row.get(f'{c}_std')):>{w}}"
+                         for c, w in zip(columns, chosen_width))
         lines.append(f"{row['variant']:<{width}} {row['seeds']:>5} {acc[0]:>17} {acc[1]:>22} {mb:>9}{eps}"
-                     + (f" {format_clock(row)}" if clock else ""))
+                     + (f" {format_clock(row)}" if clock else "") + chosen)
         if row.get("failed"):
             lines.append(f"  FAILED {row['variant']}: {row['failed']}")
     settings = [f"  {row['variant']}: {row['settings']}" for row in table if row.get("settings")]
-    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else [])
+    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else []) + ([FAIRNESS_LEGEND] if columns else [])
     return "\n".join(lines + (["settings (over the base config):", *settings] if settings else []) + legend)
 
 

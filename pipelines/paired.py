@@ -29,8 +29,9 @@ class Verdict:
 
 
 def paired_verdict(check, setting_comp: Comparison, metric: str) -> Verdict:
-    a = setting_comp.values(check.method, metric)
-    b = setting_comp.values(check.baseline, metric)
+    """`metric`: a "KEY:AGG" metric of the histories, or a summary figure of the runs (Comparison.figure)."""
+    a = setting_comp.figure(check.method, metric)
+    b = setting_comp.figure(check.baseline, metric)
     seeds = [s for s in sorted(a) if a[s] is not None and b.get(s) is not None]
     va, vb = [a[s] for s in seeds], [b[s] for s in seeds]
     sign = 1.0 if check.expect == "better" else -1.0
@@ -69,6 +70,21 @@ def one_sided_p(diffs: list[float], sign: float) -> float | None:
 # the final-round accuracies compared, as (label, "KEY:AGG"): the global model's, then the personalized models'
 PAIRED_METRICS = (("global", "accuracy:final"), ("personalized", "personalized_accuracy:final"))
 
+# figures where less is better: a variant wins a seed, and the t-test asks, by being lower
+LOWER_IS_BETTER = ("bytes_sent", "bytes_total", "wall_seconds", "simulated_seconds", "time_to_target", "dp_epsilon",
+                   "dp_epsilon_stats", "train_loss")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a figure or "KEY:AGG" metric is better lower: a spread across clients (…_std), bytes, seconds, ε."""
+    key = metric.partition(":")[0].removeprefix("val_")
+    return key.endswith("_std") or key in LOWER_IS_BETTER
+
+
+def in_points(metric: str) -> bool:
+    """Whether a metric's differences read in percentage points (an accuracy or its spread)."""
+    return metric in ("global", "personalized") or "accuracy" in metric.partition(":")[0]
+
 
 @dataclass(frozen=True)
 class PairedRow:
@@ -84,46 +100,67 @@ class PairedRow:
     interval: tuple[float, float] | None
     wins: int
     p_value: float | None
+    lower_is_better: bool = False  # wins and p then count the variant lower
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} ↓" if self.lower_is_better else self.metric
+
+    @property
+    def scale(self) -> float:
+        return 100.0 if in_points(self.metric) else 1.0
 
 
-def paired_rows(comp: Comparison, baseline: str) -> list[PairedRow]:
-    """Every variant but the baseline, on each metric both have for at least one common seed."""
+def paired_rows(comp: Comparison, baseline: str, metrics: list[str] | None = None) -> list[PairedRow]:
+    """Every variant but the baseline, on each metric both have for at least one common seed: `metrics` (summary
+    figures or "KEY:AGG" metrics), or by default the global and personalized final accuracies."""
     from orchestrator.experiment.config import ClaimCheck
 
+    specs = [(m, m) for m in metrics] if metrics else PAIRED_METRICS
     rows = []
     for variant in comp.histories:
         if variant == baseline:
             continue
-        for name, metric in PAIRED_METRICS:
-            check = ClaimCheck(statement=f"{variant} vs {baseline}", method=variant, baseline=baseline, min_wins=0)
+        for name, metric in specs:
+            lower = lower_is_better(metric)
+            check = ClaimCheck(statement=f"{variant} vs {baseline}", method=variant, baseline=baseline, min_wins=0,
+                               expect="worse" if lower else "better")
             verdict = paired_verdict(check, comp, metric)
             if not verdict.diffs:
                 continue
             rows.append(PairedRow(variant, name, verdict.seeds, verdict.diffs, sum(verdict.diffs) / len(verdict.diffs),
-                                  mean_interval(verdict.diffs), verdict.wins, verdict.p_value))
+                                  mean_interval(verdict.diffs), verdict.wins, verdict.p_value, lower))
     return rows
 
 
-def format_paired(rows: list[PairedRow], baseline: str) -> str:
-    """The paired table, in percentage points."""
+def format_paired(rows: list[PairedRow], baseline: str, metrics: list[str] | None = None) -> str:
+    """The paired table: accuracies in percentage points, other figures in their units; with `metrics`, a line for
+    each that no variant and the baseline both logged."""
     width = max([12, *(len(r.variant) for r in rows)])
-    lines = [f"paired against {baseline} (variant − {baseline}, per seed on the same partition, percentage points):",
-             f"{'variant':<{width}} {'accuracy':<13} {'per seed':<24} {'mean':>7} {'95 % interval':>17} {'wins':>6} "
-             f"{'p':>6}"]
+    metric_width = max([13, *(len(r.label) for r in rows)])
+    lines = [f"paired against {baseline} (variant − {baseline}, per seed on the same partition; accuracies in "
+             "percentage points):",
+             f"{'variant':<{width}} {'metric':<{metric_width}} {'per seed':<24} {'mean':>7} {'95 % interval':>17} "
+             f"{'wins':>6} {'p':>6}"]
     for r in rows:
-        lines.append(f"{r.variant:<{width}} {r.metric:<13} {per_seed(r):<24} {100 * r.mean:>+7.2f} "
-                     f"{interval_text(r.interval):>17} {f'{r.wins}/{len(r.diffs)}':>6} {p_text(r.p_value):>6}")
-    lines.append("95 % interval: mean ± t(0.975, n − 1) · sample std / √n · wins: seeds where the variant is higher · "
-                 "p: one-sided paired t-test, variant higher (as `mooring claims` judges a claim)")
+        lines.append(f"{r.variant:<{width}} {r.label:<{metric_width}} {per_seed(r):<24} {r.scale * r.mean:>+7.2f} "
+                     f"{interval_text(r.interval, r.scale):>17} {f'{r.wins}/{len(r.diffs)}':>6} {p_text(r.p_value):>6}")
+    for metric in metrics or []:
+        if not any(r.metric == metric for r in rows):
+            lines.append(f"{metric}: no variant and {baseline} have it for a common seed (eval.per_client logs the "
+                         "global model's figures by client; a method without a global or personal model has none)")
+    lines.append("95 % interval: mean ± t(0.975, n − 1) · sample std / √n · wins: seeds where the variant is better "
+                 "(higher; lower where marked ↓: a spread, bytes, seconds, ε) · p: one-sided paired t-test, variant "
+                 "better (as `mooring claims` judges a claim)")
     return "\n".join(lines)
 
 
 def per_seed(row: PairedRow) -> str:
-    return " ".join(f"{100 * d:+.2f}" for d in row.diffs)
+    return " ".join(f"{row.scale * d:+.2f}" for d in row.diffs)
 
 
-def interval_text(interval: tuple[float, float] | None) -> str:
-    return "–" if interval is None else f"[{100 * interval[0]:+.2f}, {100 * interval[1]:+.2f}]"
+def interval_text(interval: tuple[float, float] | None, scale: float = 100.0) -> str:
+    return "–" if interval is None else f"[{scale * interval[0]:+.2f}, {scale * interval[1]:+.2f}]"
 
 
 def p_text(p: float | None) -> str:
@@ -131,7 +168,8 @@ def p_text(p: float | None) -> str:
 
 
 def as_json(rows: list[PairedRow]) -> list[dict]:
-    return [{"variant": r.variant, "accuracy": r.metric, "seeds": r.seeds, "diffs": r.diffs, "mean": r.mean,
+    return [{"variant": r.variant, "accuracy": r.metric, "lower_is_better": r.lower_is_better, "seeds": r.seeds,
+             "diffs": r.diffs, "mean": r.mean,
              "interval_low": None if r.interval is None else r.interval[0],
              "interval_high": None if r.interval is None else r.interval[1], "wins": r.wins, "p_value": r.p_value}
             for r in rows]

@@ -6,24 +6,38 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.reporting import report
-from pipelines.comparison import ACCURACIES, LEGEND, Comparison, clock_cells, format_accuracy
+from pipelines.comparison import (
+    ACCURACIES,
+    FAIRNESS_LEGEND,
+    LEGEND,
+    Comparison,
+    clock_cells,
+    format_accuracy,
+    format_cell,
+)
 
 
 def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], variants: dict[str, dict[str, Any]],
-                            out_dir: Path, title: str, tracker, baseline: str | None = None) -> Path:
-    """report.html: the summary table (each variant's settings), with a baseline the paired differences against
-    it, the accuracy plot and every run with its parameters and MLflow run."""
+                            out_dir: Path, title: str, tracker, baseline: str | None = None,
+                            columns: list[str] | None = None, metrics: list[str] | None = None) -> Path:
+    """report.html: the summary table (each variant's settings, then the chosen `columns`), with a baseline the
+    paired differences against it (on `metrics`, default the accuracies), the accuracy plot and every run with its
+    parameters and MLflow run."""
+    columns = columns or []
     def mb(value: float | None) -> str | None:
         return None if value is None else f"{value / 1e6:.1f}"
 
     clock = any("simulated_seconds" in row for row in table)  # the participation block's simulated clock
     summary = report.Table("Summary", ["variant", "settings", "seeds", "global accuracy", "personalized accuracy",
-                                       "MB sent", "seconds a run"] + (["simulated seconds", "to target"] if clock else []),
+                                       "MB sent", "seconds a run"] + (["simulated seconds", "to target"] if clock else [])
+                           + columns,
                            [[row["variant"], row.get("settings"), str(row["seeds"]),
                              *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
                                for name, _ in ACCURACIES],
                              mb(row["bytes_sent"]), None if row["wall_seconds"] is None else f"{row['wall_seconds']:.0f}"]
-                            + (list(clock_cells(row)) if clock else []) for row in table])
+                            + (list(clock_cells(row)) if clock else [])
+                            + [format_cell(c, row.get(f"{c}_mean"), row.get(f"{c}_std")) for c in columns]
+                            for row in table])
     runs = report.Table("Runs", ["variant", "parameters", "seed", "global accuracy", "personalized accuracy", "rounds",
                                  "MLflow run"],
                         [[row["variant"], ", ".join(f"{k}={v}" for k, v in variants[row["variant"]].items()),
@@ -33,24 +47,26 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
     if clock:
         figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))
-    parts = [summary, report.Note(LEGEND), *paired_parts(comp, baseline), *figures, runs]
+    notes = [report.Note(LEGEND)] + ([report.Note(FAIRNESS_LEGEND)] if columns else [])
+    parts = [summary, *notes, *paired_parts(comp, baseline, metrics), *figures, runs]
     return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
 
 
-def paired_parts(comp: Comparison, baseline: str | None) -> list[report.Part]:
+def paired_parts(comp: Comparison, baseline: str | None, metrics: list[str] | None = None) -> list[report.Part]:
     """The paired differences against the baseline (pipelines/paired.py), as a table and its note; none without."""
     if baseline is None:
         return []
     from pipelines.paired import interval_text, p_text, paired_rows, per_seed
 
-    rows = paired_rows(comp, baseline)
-    return [report.Table(f"Paired against {baseline} (variant − {baseline}, percentage points)",
-                         ["variant", "accuracy", "seeds", "per seed", "mean", "95 % interval", "wins", "p"],
-                         [[r.variant, r.metric, ", ".join(map(str, r.seeds)), per_seed(r), f"{100 * r.mean:+.2f}",
-                           interval_text(r.interval), f"{r.wins}/{len(r.diffs)}", p_text(r.p_value)] for r in rows]),
+    rows = paired_rows(comp, baseline, metrics)
+    return [report.Table(f"Paired against {baseline} (variant − {baseline}; accuracies in percentage points)",
+                         ["variant", "metric", "seeds", "per seed", "mean", "95 % interval", "wins", "p"],
+                         [[r.variant, r.label, ", ".join(map(str, r.seeds)), per_seed(r), f"{r.scale * r.mean:+.2f}",
+                           interval_text(r.interval, r.scale), f"{r.wins}/{len(r.diffs)}", p_text(r.p_value)]
+                          for r in rows]),
             report.Note("per seed on the same partition; 95 % interval: mean ± t(0.975, n − 1) · sample std / √n; "
-                        "wins: seeds where the variant is higher; p: one-sided paired t-test, variant higher (as "
-                        "`mooring claims` judges a claim)")]
+                        "wins: seeds where the variant is better (higher; lower where marked ↓); p: one-sided paired "
+                        "t-test, variant better (as `mooring claims` judges a claim)")]
 
 
 def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) -> Path:

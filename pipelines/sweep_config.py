@@ -150,7 +150,9 @@ class ObjectiveConfig(Strict):
     `time_to_target`, the simulated seconds to participation.target_accuracy, minimised (pipelines/sweep_objective.py).
     The pruner sees KEY (for time_to_target, a lower bound of it) after every round."""
 
-    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, time_to_target, ...; "
+    metric: str = Field("accuracy", description="accuracy, personalized_accuracy, accuracy_worst, time_to_target, "
+                        "worst10_accuracy, client_accuracy_std (with eval.per_client: docs/fairness.md), "
+                        "personalized_worst10_accuracy, ...; "
                         "an accuracy is the trial's on its validation split (val_accuracy, ...)")
     aggregate: Literal["final", "best", "last5", "top5"] = "final"
     direction: Direction = Direction.MAXIMIZE

@@ -35,10 +35,16 @@ def study_direction(objective: ObjectiveConfig):
 
 
 def check_objective(objective: ObjectiveConfig, base: ExperimentConfig, source: str) -> None:
-    """time_to_target needs a target accuracy, which also turns the simulated clock on."""
+    """time_to_target needs a target accuracy, which also turns the simulated clock on; a figure of the global
+    model judged client by client (worst10_accuracy, ...) needs eval.per_client."""
+    from pipelines.comparison import needs_per_client
+
     if objective.metric == TIME_TO_TARGET and base.participation.target_accuracy is None:
         raise ConfigError(f"{source}: objective.metric = time_to_target needs participation.target_accuracy in the "
                           "base experiment or the sweep's overrides")
+    if needs_per_client(objective.metric) and not base.eval.per_client.enabled:
+        raise ConfigError(f"{source}: objective.metric = {objective.metric} needs eval.per_client.enabled: true in "
+                          "the base experiment or the sweep's overrides (docs/fairness.md)")
 
 
 def on_validation_split(base: ExperimentConfig) -> ExperimentConfig:

@@ -19,6 +19,7 @@ class CallKind(Enum):
     PRE_ROUND = "pre_round"  # the pre-round exchange's contribution (methods with pre_round_exchange)
     UPDATE = "update"  # the round's local training
     EVALUATE = "evaluate"  # the client's own (personalized) model on its test data
+    EVALUATE_GLOBAL = "evaluate_global_per_client"  # the global model (the payload: its state) on the client's test data
     CALIBRATE = "calibrate"  # class statistics under the global model (algorithm.calibration: orchestrator/server/calibration.py)
 
 

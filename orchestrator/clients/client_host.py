@@ -69,6 +69,8 @@ class ClientHost:
         client's state is written is an I/O error, not a failed client)."""
         if call.kind is CallKind.UPDATE:
             return self.trainer.updates(call)
+        if call.kind is CallKind.EVALUATE_GLOBAL:
+            return ClientResults(self.evaluate_global_per_client(call.payload, call.client_ids, call.round))
         hook = {CallKind.SETUP: lambda cid: self.setup_contribution(cid),
                 CallKind.PRE_ROUND: lambda cid: self.pre_round(call.payload, cid, call.round),
                 CallKind.EVALUATE: lambda cid: self.evaluate(call.payload, cid, call.round),
@@ -103,6 +105,19 @@ class ClientHost:
         data = self.cache.data(cid)
         return to_device(self.algorithm.client_evaluate(self.cache.here(payload), data, self.cache.state(cid, round_idx),
                                                         self.context(cid, round_idx)), "cpu")
+
+    def evaluate_global_per_client(self, state: State, cids: list[int], rounds_done: int
+                                   ) -> dict[int, tuple[int, int]]:
+        """The global model in `state` on each client's own test split, on this host's device (eval.per_client):
+        {client: (correct, total)}; {} for a method without a global model."""
+        with method_hook(self.algorithm, rounds_done - 1, cids):
+            model = self.algorithm.global_model(self.cache.here(state))
+        if model is None:
+            return {}
+        model.to(self.device)
+        batch_size = self.cfg.eval.batch_size
+        return {cid: (count_correct(model, data.x_test, data.y_test, batch_size), len(data.y_test))
+                for cid, data in ((cid, self.cache.data(cid)) for cid in cids)}
 
     def calibration_stats(self, payload, cid: int) -> State:
         """CCVR's class statistics of this client's training split under the payload's model."""

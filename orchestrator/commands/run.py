@@ -38,6 +38,14 @@ def print_summary(result, tracking_uri: str | None) -> None:
           f"  global model:        final {pct(result.final_accuracy)}, best {pct(result.best_accuracy)}\n"
           f"  personalized models: final {pct(result.personalized_accuracy)}, "
           f"best {pct(result.best_personalized_accuracy)}")
+    fair = result.fairness
+    if fair.get("worst10_accuracy") is not None:
+        print(f"  global model by client: mean {pct(fair['client_accuracy_mean'])}, worst 10 % "
+              f"{pct(fair['worst10_accuracy'])}, spread (std) {pct(fair['client_accuracy_std'])}")
+    if fair.get("personalized_worst10_accuracy") is not None:
+        print(f"  personalized by client: mean {pct(fair['personalized_accuracy_client_mean'])}, worst 10 % "
+              f"{pct(fair['personalized_worst10_accuracy'])}, spread (std) "
+              f"{pct(fair['personalized_accuracy_client_std'])}")
     if result.clients_failed:
         print(f"  failed clients:      {result.clients_failed} (left out of their round: their client actor was lost "
               "twice; clients_failed in metrics.jsonl says which rounds)")

@@ -343,6 +343,19 @@ class TrainConfig(Strict):
                             "the client), or continue")
 
 
+class PerClientEvalConfig(Strict):
+    """The global model judged client by client (docs/fairness.md)."""
+
+    enabled: bool = Field(False, description="evaluate the global model on every client's own test data (where the "
+                          "clients are hosted) each evaluated round, and log its mean, worst 10 % and spread across "
+                          "clients: client_accuracy, client_accuracy_mean, worst10_accuracy, client_accuracy_std "
+                          "(a method without a global model logs none)")
+    sample: int | None = Field(
+        None, ge=1, description="evaluate this many clients, a sample drawn from the seed alone (the same clients "
+        "for every method of a seed, and the same as eval.personalized_clients draws for the same number); "
+        "null: every client")
+
+
 class EvalConfig(Strict):
     every: int = Field(1, ge=1)
     batch_size: int = Field(1024, ge=1)
@@ -356,6 +369,7 @@ class EvalConfig(Strict):
     personalized_clients: int | None = Field(
         None, ge=1, description="personalized methods: evaluate the own models of this many clients, a sample drawn "
         "from the seed alone (the same for every method of a seed); null: every client")
+    per_client: PerClientEvalConfig = Field(default_factory=PerClientEvalConfig)
 
 
 class ResourcesConfig(Strict):
@@ -635,6 +649,10 @@ class ExperimentConfig(Strict):
         k = self.eval.personalized_clients
         if k is not None and k > self.data.num_clients:
             raise NestedFieldError("eval.personalized_clients", k,
+                                   f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
+        k = self.eval.per_client.sample
+        if k is not None and k > self.data.num_clients:
+            raise NestedFieldError("eval.per_client.sample", k,
                                    f"more clients to evaluate than data.num_clients = {self.data.num_clients}")
         self.participation_covers_clients()
         if self.resources.clients_on == "coordinator" and self.resources.gpus_per_actor > 0:

@@ -38,11 +38,13 @@ class RunResult:
     # clients left out of their round because their actor was lost twice (orchestrator/ray_runtime/client_pool.py), all rounds
     clients_failed: int = 0
     error: dict[str, Any] | None = None  # a failed run's failure (orchestrator/driver/run_errors.py, RunError.details)
+    # the last evaluated round's figures across clients (FAIRNESS_FIGURES; docs/fairness.md), None where not logged
+    fairness: dict[str, float | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         keys = ("final_accuracy", "best_accuracy", "personalized_accuracy", "best_personalized_accuracy", "rounds",
                 "wall_seconds", "mlflow_run_id", "personalized_eval_clients", "dp_epsilon", "dp_epsilon_stats",
-                "clients_failed", "error", "history")
+                "clients_failed", "fairness", "error", "history")
         d = asdict(self)
         clock = {k: d[k] for k in ("simulated_seconds", "time_to_target")} if self.simulated_seconds is not None else {}
         return {k: d[k] for k in keys} | clock | {"algorithm": self.algorithm, "seed": self.seed, "run_dir": self.run_dir}
@@ -63,15 +65,33 @@ def last_logged(history: list[dict[str, Any]], key: str) -> float | None:
     return float(values[-1]) if values else None
 
 
+# Accuracy across clients, as the last evaluated round logged it (docs/fairness.md): the global model on each
+# client's own test data (eval.per_client), and the clients' own models (personalized methods).
+FAIRNESS_FIGURES = ("client_accuracy", "client_accuracy_mean", "worst10_accuracy", "client_accuracy_std",
+                    "personalized_accuracy_client_mean", "personalized_worst10_accuracy",
+                    "personalized_accuracy_client_std")
+
+
+def fairness_figures(history: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each of FAIRNESS_FIGURES as the last round that logged it a number (None where none did)."""
+    out = {}
+    for key in FAIRNESS_FIGURES:
+        values = [v for v in (headline(m, key) for m in history) if v is not None]
+        out[key] = values[-1] if values else None
+    return out
+
+
 def summary_metrics(history: list[dict[str, Any]], target: float | None = None) -> dict[str, float | None]:
-    """The figures every run is judged and sorted by, the same keys for every method (None where absent); with
-    a simulated clock (the participation block) also its total, and the time to `target` global accuracy; and
-    the ε each privacy mechanism reached (None without noise)."""
+    """The figures every run is judged and sorted by, the same keys for every method (None where absent): the
+    accuracies, the fairness figures (FAIRNESS_FIGURES), the bytes sent; with a simulated clock (the participation
+    block) also its total, and the time to `target` global accuracy; and the ε each privacy mechanism reached
+    (None without noise)."""
     out: dict[str, float | None] = {}
     for prefix, key in (("global", "accuracy"), ("personalized", "personalized_accuracy")):
         values = [v for v in (headline(m, key) for m in history) if v is not None]
         out[f"final_{prefix}_accuracy"] = values[-1] if values else None
         out[f"best_{prefix}_accuracy"] = max(values) if values else None
+    out.update(fairness_figures(history))
     out["bytes_sent"] = last_logged(history, "bytes_total")
     clock = last_logged(history, "simulated_seconds")
     if clock is not None:
@@ -91,7 +111,8 @@ def summarize(cfg: ExperimentConfig, history: list[dict[str, Any]], **kw) -> Run
         best_personalized_accuracy=s["best_personalized_accuracy"], rounds=len(history), history=history,
         dp_epsilon=s["dp_epsilon"], dp_epsilon_stats=s["dp_epsilon_stats"],
         personalized_eval_clients=evaluated_clients(cfg), simulated_seconds=s.get("simulated_seconds"),
-        time_to_target=s.get("time_to_target"), clients_failed=sum(m.get("clients_failed", 0) for m in history), **kw)
+        time_to_target=s.get("time_to_target"), clients_failed=sum(m.get("clients_failed", 0) for m in history),
+        fairness={k: s[k] for k in FAIRNESS_FIGURES}, **kw)
 
 
 def evaluated_clients(cfg: ExperimentConfig) -> str | None:

@@ -30,6 +30,7 @@ from orchestrator.server.calibration import calibrated_state
 from orchestrator.server.evaluation import (
     accuracies_on_test_sets,
     named_for_split,
+    per_client_summary,
     personalized_eval_clients,
     personalized_summary,
 )
@@ -85,6 +86,10 @@ class Server:
         self.probe = probe_inputs(self.test_sets, cfg.eval.probe_per_class) if cfg.eval.diagnostics else None
         self.num_clients = data.num_clients
         self.eval_clients = personalized_eval_clients(cfg.seed, data.num_clients, cfg.eval.personalized_clients)
+        # eval.per_client: whose own test data the global model is judged on (None: not judged client by client)
+        self.per_client_clients = (personalized_eval_clients(cfg.seed, data.num_clients, cfg.eval.per_client.sample)
+                                   if cfg.eval.per_client.enabled and self.algorithm.capabilities().global_model
+                                   else None)
         self.round = 0
         self.state = self.algorithm.init_global()
         self.history: list[dict[str, Any]] = []
@@ -148,7 +153,7 @@ class Server:
         own; an evaluation that asks nothing of the clients)."""
         capabilities = self.algorithm.capabilities()
         return not (capabilities.keeps_client_state or capabilities.pre_round_exchange or capabilities.personalized
-                    or self.participation is not None or self.buffered is not None
+                    or self.per_client_clients is not None or self.participation is not None or self.buffered is not None
                     or self.privacy.models is not None or self.privacy.stats is not None
                     or self.cfg.algorithm.calibration is not None)
 
@@ -260,6 +265,10 @@ class Server:
             if len(accs) > 1:
                 out["accuracy_worst"] = min(accs.values())
                 out.update({f"accuracy_{k}": v for k, v in accs.items()})
+        if self.per_client_clients is not None and call is not None:  # the same model, on each client's own test data
+            judged = call(ClientCall(CallKind.EVALUATE_GLOBAL, state, self.per_client_clients, self.round)).results
+            if judged:
+                out.update(per_client_summary(judged))
         if self.algorithm.capabilities().personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
             per_client = call(ClientCall(CallKind.EVALUATE, payload, self.eval_clients, self.round)).results

@@ -225,6 +225,9 @@ class Budget(Strict):
     seeds: list[int] | None = None
     settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
     columns: dict[str, str] = Field(default_factory=dict, description="'<table id>/<column name>' → setting")
+    rounds_to: dict[str, float] = Field(default_factory=dict, description="'<table id>/<column name>' → the target "
+                                        "a rounds_to column counts to at this budget, where the column's own (the "
+                                        "paper's threshold) is out of this budget's reach")
     tuned: bool = Field(False, description="run the rows with their tuned values (`--tune` chose them on the digits "
                         "budget's validation splits): true for a shorter digits budget, false for the paper's own "
                         "protocol")
@@ -414,6 +417,13 @@ class TableFile(Strict):
             if setting not in budget.settings:
                 raise ValueError(f"budgets.{name}.columns[{column!r}]: unknown setting {setting!r}; allowed: "
                                  f"{', '.join(budget.settings)}")
+        counted = {f"{t.id}/{c.name}" for t in self.tables for c in t.columns if c.rounds_to is not None}
+        for column, target in budget.rounds_to.items():
+            if column not in counted or column not in budget.columns:
+                raise ValueError(f"budgets.{name}.rounds_to: {column!r} is not a rounds_to column this budget runs "
+                                 f"(those it runs: {', '.join(sorted(counted & set(budget.columns))) or 'none'})")
+            if not target > 0:
+                raise ValueError(f"budgets.{name}.rounds_to[{column!r}] = {target}: a target above 0")
 
 
 def load_table_file(path: str) -> TableFile:
@@ -550,13 +560,19 @@ def resolve_budget(spec: TableFile, name: str, source: str, check_tuned: bool = 
     experiment = copy.deepcopy(spec.experiment)
     for key, value in budget.overrides.items():
         set_dotted(experiment, key, value)
-    columns = [ColumnPlan(t, c, i, budget.columns.get(f"{t.id}/{c.name}"),
+    columns = [ColumnPlan(t, at_budget(c, budget.rounds_to.get(f"{t.id}/{c.name}")), i,
+                          budget.columns.get(f"{t.id}/{c.name}"),
                           None if f"{t.id}/{c.name}" in budget.columns else f"not in budgets.{name}.columns: "
                           + (c.not_expressible or "not run at this budget"),
                           c.metric or spec.metric)
                for t in spec.tables for i, c in enumerate(t.columns)]
     return BudgetPlan(name, experiment, budget.seeds or spec.seeds, budget.settings, columns, budget.description,
                       budget.notes, tuned, tuning, budget.timing)
+
+
+def at_budget(column: Column, rounds_to: float | None) -> Column:
+    """The column as a budget runs it: its rounds_to target replaced by the budget's, where it gives one."""
+    return column if rounds_to is None else column.model_copy(update={"rounds_to": rounds_to})
 
 
 def own_columns(spec: TableFile) -> list[ColumnPlan]:

@@ -346,3 +346,61 @@ def test_component_1_alone_has_no_projector_and_learns(digits):
     assert "projector" not in server.state
     acc = [r["accuracy"] for r in server.history]
     assert acc[-1] > 0.1 and acc[-1] > acc[0]
+
+
+# ------------------------------------------------------------------------- "+ Mixup" (Table 1, use_Mixup)
+def test_min_loss_on_a_mixup_batch_takes_the_ce_against_the_mixed_label():
+    model, projector, x, y, x_p, z_g = tiny_model_and_batch()
+    y_other, lam = y.flip(0), 0.3
+    z_x, z_p, y_p = model.features(0.3 * x + 0.7 * x.flip(0)), model.features(x_p), uniform_labels(6, 10)
+    logits = model.classifier(z_x)
+    ce = 0.3 * nn.functional.cross_entropy(logits, y).item() + 0.7 * nn.functional.cross_entropy(logits, y_other).item()
+    pseudo = soft_cross_entropy(model.classifier(z_p), y_p).item()
+    con = debias_contrastive_loss(projector, z_p, z_g, z_x, 2.0, 2.0).item()
+    loss = min_loss(model, projector, z_p, z_g, z_x, y, y_p, FedDebiasParams(mixup=True), mix=(y_other, lam)).item()
+    assert loss == pytest.approx(ce + pseudo + 0.5 * con, rel=1e-5)
+
+
+def test_mixture_pseudo_data_takes_a_mixup_batchs_soft_labels():
+    x_p, y_p = torch.zeros(2, 1, 2, 2), uniform_labels(2, 10)
+    x = torch.stack([torch.full((1, 2, 2), 2.0), torch.full((1, 2, 2), 4.0)])
+    soft = torch.zeros(2, 10)
+    soft[0, 1], soft[0, 2], soft[1, 3] = 0.25, 0.75, 1.0
+    idx = torch.randint(2, (2, 1), generator=torch.Generator().manual_seed(5))
+    mixed_x, mixed_y = mix_pseudo(x_p, y_p, x, soft, 1, torch.Generator().manual_seed(5))
+    for j in range(2):
+        k = int(idx[j, 0])
+        assert torch.equal(mixed_x[j], x[k] / 2)
+        assert torch.allclose(mixed_y[j], (y_p[j] + soft[k]) / 2)
+    assert torch.allclose(mixed_y.sum(dim=1), torch.ones(2))
+
+
+def test_feddebias_without_its_components_on_mixup_is_the_mixup_baseline():
+    """With both components off, `mixup: true` trains exactly as the `mixup` method: the same draws, one step."""
+    from tests.method_fixtures import client, one_step, tiny_method
+    from tests.method_fixtures import context as round_context
+
+    train = one_step(lr=0.5)
+    data = client()
+    plain = tiny_method("mixup", train=train, alpha=0.4)
+    mixed = tiny_method("feddebias", train=train, use_pseudo=False, use_contrastive=False, mixup=True,
+                        mixup_alpha=0.4)
+    state = plain.init_global()
+    expected, _ = plain.client_update(plain.payload(state, 0), data, {}, round_context(train, data))
+    got, _ = mixed.client_update(mixed.payload(state, 0), data, {}, round_context(train, data))
+    assert set(got.tensors) == set(expected.tensors)
+    for name, value in expected.tensors.items():
+        assert torch.allclose(got.tensors[name], value, atol=1e-7), name
+    unmixed = tiny_method("feddebias", train=train, use_pseudo=False, use_contrastive=False)
+    other, _ = unmixed.client_update(unmixed.payload(state, 0), data, {}, round_context(train, data))
+    assert any(not torch.allclose(other.tensors[k], v) for k, v in expected.tensors.items())
+
+
+def test_feddebias_plus_mixup_trains_every_part_with_either_pseudo_data(digits):
+    for pseudo in ("rsm", "mixture"):
+        server, _, _ = run_rounds(digits, 2, "algorithm.feddebias.mixup=true",
+                                  f"algorithm.feddebias.pseudo_data={pseudo}")
+        initial = state_of(server.algorithm.new_projector())
+        assert any(not torch.equal(initial[k], v) for k, v in server.state["projector"].items())
+        acc = [r["accuracy"] for r in server.history]
+        assert all(math.isfinite(a) for a in acc) and acc[-1] > 0.1

@@ -46,7 +46,8 @@ TABLE_FILES = sorted(p for p in (ROOT / "configs" / "tables").glob("*.yaml") if 
 PAPER_SHAPES = {
     ("fedfm", "table3"): (8, 9), ("fedfm", "table4"): (8, 7),
     ("fedfa", "table2"): (8, 9), ("fedfa", "table1"): (8, 5),
-    ("feddebias", "table10"): (9, 6),
+    ("feddebias", "table1"): (9, 6), ("feddebias", "table3"): (5, 6), ("feddebias", "table10"): (9, 6),
+    ("feddebias", "table11"): (9, 6),
     ("fednh", "table1"): (10, 18), ("fednh", "table2"): (9, 3),
     ("fedsa", "table1"): (8, 6), ("fedsa", "table2"): (8, 4), ("fedsa", "table3"): (8, 3),
 }
@@ -93,6 +94,39 @@ def test_rounds_to_a_target_from_the_history():
     assert format_cell(Cell(paper_number("120"), CellState.MEASURED, m), "a") == (
         f"120 / ≥ **3.50** [{3.5 - half:.2f}, {3.5 + half:.2f}] (1 of 2 seeds never reached it) `a`")
     assert not column.column.higher_is_better
+
+
+def test_a_budget_counts_a_rounds_to_column_to_its_own_target():
+    raw = tiny_spec()
+    raw["tables"][0]["columns"][1] = {"name": "cost", "rounds_to": 0.8, "not_expressible": "a cost"}
+    raw["budgets"] = {"b": {"description": "b", "settings": {"s": {}}, "columns": {"t1/acc": "s", "t1/cost": "s"},
+                            "rounds_to": {"t1/cost": 0.5}},
+                      "c": {"description": "c", "settings": {"s": {}}, "columns": {"t1/cost": "s"}}}
+    spec = TableFile(**raw)
+    history = {0: [{"round": 1, "accuracy": 0.4}, {"round": 2, "accuracy": 0.6}]}
+    at_b, at_c = (resolve_budget(spec, b, "tiny.yaml").columns[1] for b in ("b", "c"))
+    assert (at_b.column.rounds_to, at_c.column.rounds_to) == (0.5, 0.8)
+    assert measure(history, at_b).per_seed == {0: Fraction(2)} and measure(history, at_b).unreached == 0
+    assert measure(history, at_c).per_seed == {0: Fraction(3)} and measure(history, at_c).unreached == 1
+    assert spec.tables[0].columns[1].rounds_to == 0.8  # the file's column untouched
+
+
+def test_feddebias_counts_the_papers_threshold_at_its_protocol_and_its_own_at_mnist():
+    path = str(ROOT / "configs" / "tables" / "feddebias.yaml")
+    spec = load_table_file(path)
+    rounds = {b: {f"{c.table.id}/{c.column.name}": c.column.rounds_to for c in resolve_budget(spec, b, path).columns
+                  if c.setting is not None and c.column.rounds_to is not None} for b in ("mnist", "smoke", "paper")}
+    names = {"table1/Rounds for 80%", "table3/Rounds for 80%", "table10/RotatedMNIST Rounds (Speed up)"}
+    assert rounds["paper"] == dict.fromkeys(names, 0.8)
+    assert rounds["mnist"] == rounds["smoke"] == dict.fromkeys(names, 0.4)
+    assert {c.setting for c in resolve_budget(spec, DEFAULT_BUDGET, path).columns if c.column.rounds_to} == {None}
+    worst = next(c for c in resolve_budget(spec, "mnist", path).columns if c.table.id == "table11" and c.setting)
+    assert worst.metric == "accuracy_worst:top5"
+    # Table 1's "FedDebias + Mixup" and Table 3's ablations are FedDebias with its switches
+    params = {r: spec.rows[r].params for r in ("feddebias_mixup", "component1", "component2", "component2_no_max")}
+    assert params["feddebias_mixup"]["mixup"] is True and params["component1"]["use_contrastive"] is False
+    assert params["component2"]["use_pseudo"] is False and params["component2_no_max"]["max_step"] is False
+    assert {spec.rows[r].method for r in params} == {"feddebias"} and set(spec.own) == {"feddebias", "feddebias_mixup"}
 
 
 T975 = {1: 12.706204736174707, 2: 4.302652729749464, 4: 2.7764451051977987}  # t(0.975, n − 1), from tables
@@ -379,6 +413,9 @@ def write_spec(tmp_path: Path, raw: dict) -> str:
     (lambda r: r["tables"][0]["columns"][0].update(rounds_to=0.5, spread_metric="x:final", rank_by="spread"),
      "column 'acc': rounds_to counts rounds of the metric, not of its spread"),
     (lambda r: r["tables"][0]["columns"][0].update(better="up"), "columns.0.better = 'up': Input should be 'higher' or 'lower'"),
+    (lambda r: r.update(budgets={"b": {"description": "b", "settings": {"s": {}}, "columns": {"t1/acc": "s"},
+                                       "rounds_to": {"t1/acc": 0.5}}}),
+     "budgets.b.rounds_to: 't1/acc' is not a rounds_to column this budget runs (those it runs: none)"),
 ])
 def test_a_bad_table_file_is_one_line_and_exit_2(tmp_path, capsys, change, problem):
     raw = tiny_spec()

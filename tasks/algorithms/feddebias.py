@@ -26,6 +26,9 @@ the model as "projector.*" tensors. P is never used for prediction.
 Ablations (Table 3, §10.3): component 1 only = `use_contrastive: false` (no P); component 2 only =
 `use_pseudo: false`; "w/o max step" = `max_step: false` (θ stays at its random init);
 `projector: false` is the other reading (contrastive loss on raw features).
+"FedDebias + Mixup" (Table 1; the code's `use_Mixup`) = `mixup: true`: the local batch is mixed within itself
+(λ ∼ Beta(0.2, 0.2), the draws of the `mixup` method) and its CE is taken against the mixed label; the pseudo-data
+terms see the mixed batch, as the code's do.
 
 Engines: sequential only. Within every step the max step must finish between the model's forward pass and the
 min-step loss, which reads the θ it has just produced: two parameter groups (θ, then φ and ω), each with its
@@ -63,6 +66,7 @@ from tasks.algorithms.base import (
     train_supervised,
     weighted_average,
 )
+from tasks.algorithms.mixup import mixing_rng, mixup_loss
 from tasks.algorithms.moon import two_logit_contrastive
 from tasks.algorithms.optimizers import Optimizer
 from tasks.algorithms.registry import register
@@ -92,6 +96,9 @@ class FedDebiasParams(HyperParams):
     num_pseudo: int | None = Field(None, ge=1, description="|D_p|; default train.batch_size (Alg. 1: |D_p| = B)")
     rsm_samples: int = Field(10, ge=1, description="M: local images averaged into one RSM sample (code: 10)")
     pseudo_seed_offset: int = Field(1000, description="the pseudo-data RNG is seeded with offset + run seed")
+    mixup: bool = Field(False, description="the '+ Mixup' backbone (Table 1, the code's use_Mixup): the local CE on "
+                        "a within-batch Mixup of the local batch, against the mixed label")
+    mixup_alpha: float = Field(0.2, gt=0, description="α of the Mixup λ ∼ Beta(α, α) (code: 0.2)")
 
     @model_validator(mode="after")
     def divisible_temperatures(self) -> FedDebiasParams:
@@ -121,10 +128,26 @@ def uniform_labels(count: int, num_classes: int, device=None) -> torch.Tensor:
 
 def mix_pseudo(x_p: torch.Tensor, y_p: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: int,
                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. (4): x̃_p = (x_p + Σ_k x_k)/(K+1), ỹ_p = (ỹ + Σ_k onehot(y_k))/(K+1), x_k drawn from the batch."""
+    """Eq. (4): x̃_p = (x_p + Σ_k x_k)/(K+1), ỹ_p = (ỹ + Σ_k onehot(y_k))/(K+1), x_k drawn from the batch.
+    y: class ids, or the batch's soft labels (a Mixup batch)."""
     idx = torch.randint(len(x), (len(x_p), k), generator=generator).to(x.device)
-    onehot = F.one_hot(y[idx], y_p.shape[1]).to(y_p.dtype)
-    return (x_p + x[idx].sum(dim=1)) / (k + 1), (y_p + onehot.sum(dim=1)) / (k + 1)
+    target = y[idx].to(y_p.dtype) if y.is_floating_point() else F.one_hot(y[idx], y_p.shape[1]).to(y_p.dtype)
+    return (x_p + x[idx].sum(dim=1)) / (k + 1), (y_p + target.sum(dim=1)) / (k + 1)
+
+
+def mixed_batch(x: torch.Tensor, y: torch.Tensor, alpha: float, rng) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """A within-batch Mixup: (λ·x + (1 − λ)·x[π], y[π], λ), λ ∼ Beta(α, α) and π drawn from rng, in that order."""
+    lam = float(rng.beta(alpha, alpha))
+    order = torch.from_numpy(rng.permutation(len(x))).to(x.device)
+    return lam * x + (1.0 - lam) * x[order], y[order], lam
+
+
+def soft_labels(y: torch.Tensor, num_classes: int, mix: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+    """One-hot labels, or λ·onehot(y) + (1 − λ)·onehot(y[π]) for a Mixup batch (mix = (y[π], λ))."""
+    onehot = F.one_hot(y, num_classes).float()
+    if mix is None:
+        return onehot
+    return mix[1] * onehot + (1.0 - mix[1]) * F.one_hot(mix[0], num_classes).float()
 
 
 # ------------------------------------------------------------------------------------------- losses
@@ -173,9 +196,11 @@ def max_step(projector: nn.Module, optimizer: Optimizer, z_p: torch.Tensor, z_g:
 
 def min_loss(model: nn.Module, projector: nn.Module | None, z_p: torch.Tensor | None, z_g: torch.Tensor | None,
              z_x: torch.Tensor, y: torch.Tensor, y_p: torch.Tensor | None, p: FedDebiasParams,
-             neg_weight=None) -> torch.Tensor:
-    """L_gen (Eq. 3): CE(local) + λ·softCE(pseudo, ỹ_p) + μ·L_con; gradients reach φ through z_p and z_x."""
-    loss = F.cross_entropy(model.classifier(z_x), y)
+             neg_weight=None, mix: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
+    """L_gen (Eq. 3): CE(local) + λ·softCE(pseudo, ỹ_p) + μ·L_con; gradients reach φ through z_p and z_x.
+    mix = (y[π], λ): z_x is of a Mixup batch, its CE against the mixed label."""
+    logits = model.classifier(z_x)
+    loss = F.cross_entropy(logits, y) if mix is None else mixup_loss(logits, y, mix[0], mix[1])
     if p.use_pseudo:
         loss = loss + p.lam * soft_cross_entropy(model.classifier(z_p), y_p)
     if p.use_contrastive:
@@ -307,20 +332,27 @@ class FedDebias(Algorithm):
             y_base = uniform_labels(len(x_base), self.num_classes, device=ctx.device)
             if p.use_contrastive and p.pseudo_data == "rsm":
                 z_g_cached = self.global_features(frozen, x_base)  # D_p is fixed: φ_g(x_p) once per round
+        mix_rng = mixing_rng(ctx.seed, ctx.round, data.client_id) if p.mixup else None
         total, count = 0.0, 0
         for x, y in local_batches(data, ctx):
-            x_p, y_p, z_g, neg_weight = x_base, y_base, z_g_cached, None
+            x_p, y_p, z_g, neg_weight, mix = x_base, y_base, z_g_cached, None, None
+            if mix_rng is not None:
+                x, y_other, lam = mixed_batch(x, y, p.mixup_alpha, mix_rng)
+                mix = (y_other, lam)
             if x_base is not None and p.pseudo_data == "mixture":
-                x_p, y_p = mix_pseudo(x_base, y_base, x, y, p.mixture_k, ctx.generator)
+                labels = y if mix is None else soft_labels(y, self.num_classes, mix).to(y_base.dtype)
+                x_p, y_p = mix_pseudo(x_base, y_base, x, labels, p.mixture_k, ctx.generator)
                 if p.use_contrastive:
                     z_g = self.global_features(frozen, x_p)  # re-mixed every step: no caching (§3.1)
                 if p.mixture_correction:
-                    neg_weight = y_p.gather(1, paired(y, len(y_p))[:, None]).squeeze(1)
+                    # ⟨ỹ_p, y⟩ with the real sample's (soft) label
+                    neg_weight = y_p.gather(1, paired(y, len(y_p))[:, None]).squeeze(1) if mix is None else \
+                        (y_p * paired(labels, len(y_p))).sum(dim=1)
             z_x = model.features(x)
             z_p = model.features(x_p) if x_p is not None else None
             if disc_opt is not None:
                 max_step(projector, disc_opt, z_p, z_g, paired(z_x, len(z_p)), p, ctx, neg_weight)
-            loss = min_loss(model, projector, z_p, z_g, z_x, y, y_p, p, neg_weight)
+            loss = min_loss(model, projector, z_p, z_g, z_x, y, y_p, p, neg_weight, mix)
             step(gen_opt, loss, model, ctx)
             total += float(loss.detach())
             count += 1

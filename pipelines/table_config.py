@@ -292,7 +292,7 @@ def load_table_file(path: str) -> TableFile:
     try:
         spec = TableFile(**raw)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, path)) from None
+        raise ConfigError(format_validation_error(e, path, TableFile)) from None
     build_config(dict(spec.experiment), f"{path}: experiment")
     tuned = tuned_values_path(spec, path)
     if tuned.is_file():
@@ -324,7 +324,7 @@ def read_tuned_values(path: Path, spec: TableFile) -> TunedValues:
     try:
         values = TunedValues(**read_yaml(path))
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
+        raise ConfigError(format_validation_error(e, str(path), TunedValues)) from None
     unknown = [r for r in values.rows if r not in spec.rows]
     if unknown:
         raise ConfigError(f"{path}: rows.{unknown[0]}: no such row in the table file ({', '.join(spec.rows)}); run "

@@ -54,8 +54,9 @@ class Run:
         """The accuracy-by-round figure of this run (a panel per kind of accuracy), as `mooring run` saves it."""
         from orchestrator.reporting.plots import comparison_figure, experiment_title
 
-        title = experiment_title(self.config, [self.config.seed]) if title is None else title
-        return comparison_figure({self.config.algorithm.name: self.result.history}, title)
+        method = self.config.algorithm.block_name
+        title = experiment_title(self.config, [self.config.seed], method) if title is None else title
+        return comparison_figure({method: self.result.history}, title)
 
     def __repr__(self) -> str:
         return f"Run({self.result.algorithm}, seed {self.result.seed}, {self.result.rounds} rounds, {self.run_dir})"

@@ -251,7 +251,7 @@ def read_sweep_config(path: str | Path) -> SweepConfig:
     try:
         return SweepConfig(**raw)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
+        raise ConfigError(format_validation_error(e, str(path), SweepConfig)) from None
 
 
 def grid_size(space: dict[str, Any], points: int) -> int:

@@ -434,7 +434,7 @@ def load_table_file(path: str) -> TableFile:
     try:
         spec = TableFile(**raw)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, path)) from None
+        raise ConfigError(format_validation_error(e, path, TableFile)) from None
     build_config(dict(spec.experiment), f"{path}: experiment")
     tunings = {DEFAULT_BUDGET: spec.tuning} | {n: b.tuning for n, b in spec.budgets.items() if b.tuning is not None}
     for budget, tuning in tunings.items():
@@ -482,7 +482,7 @@ def read_tuned_values(path: Path, spec: TableFile) -> TunedValues:
     try:
         values = TunedValues(**read_yaml(path))
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
+        raise ConfigError(format_validation_error(e, str(path), TunedValues)) from None
     unknown = [r for r in values.rows if r not in spec.rows]
     if unknown:
         raise ConfigError(f"{path}: rows.{unknown[0]}: no such row in the table file ({', '.join(spec.rows)}); run "

@@ -74,6 +74,29 @@ def test_bad_values_get_one_line_naming_field_value_and_what_is_allowed(override
     assert error_of(override) == message
 
 
+@pytest.mark.parametrize("override, message", [
+    (["train.roundz=5"], "configs/default.yaml: unknown key 'train.roundz' (value 5); did you mean 'train.rounds'?"),
+    (["train.optimizer.lrr=0.1"],
+     "configs/default.yaml: unknown key 'train.optimizer.lrr' (value 0.1); did you mean 'train.optimizer.lr'?"),
+    (["tarin.rounds=1"], "configs/default.yaml: unknown key 'tarin' (value {'rounds': 1}); did you mean 'train'?"),
+    (["algorithm.fedprox.muu=1"],
+     "configs/default.yaml: algorithm.fedprox.muu = 1: unknown key; did you mean 'algorithm.fedprox.mu'?"),
+])
+def test_a_misspelt_key_is_answered_with_the_nearest_valid_one(override, message):
+    assert error_of(override) == message
+
+
+def test_a_misspelt_key_of_a_sweep_file_names_the_nearest_one(tmp_path):
+    from pipelines.sweep_config import read_sweep_config
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": DEFAULT, "n_trails": 3,
+                                    "params": {"train.optimizer.lr": {"type": "float", "low": 0.01, "high": 0.1}}}))
+    with pytest.raises(ConfigError) as e:
+        read_sweep_config(path)
+    assert str(e.value) == f"{path}: unknown key 'n_trails' (value 3); did you mean 'n_trials'?"
+
+
 def test_unknown_algorithm_and_model_names_list_the_allowed_ones():
     from tasks.algorithms import ALGORITHMS
     from tasks.models import MODELS

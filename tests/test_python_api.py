@@ -127,7 +127,9 @@ def test_a_run_s_history_is_the_command_line_s_for_the_same_config_and_seed(ray_
     assert run.summary["final_global_accuracy"] == cli["final_accuracy"] == run.history["accuracy"].iloc[-1]
     assert (run.summary["algorithm"], run.summary["seed"], run.summary["rounds"]) == ("fedprox", 1, 2)
     assert run.run_dir != cli["run_dir"] and Path(run.run_dir, "result.json").is_file()
-    axes = run.plot().axes
+    figure = run.plot()
+    assert figure.get_suptitle().startswith(f"{run.config.name}: fedprox on digits")  # the title names the method
+    axes = figure.axes
     assert len(axes) == 1  # FedProx has a global model only: one panel, one line (the accuracy in %)
     assert list(axes[0].lines[0].get_ydata()) == pytest.approx(list(100 * run.history["accuracy"]))
 

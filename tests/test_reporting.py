@@ -131,6 +131,25 @@ def test_the_comparison_plot_has_a_panel_per_kind_of_accuracy(tmp_path):
     assert both.size[0] > 1.6 * one.size[0]  # two panels side by side, one legend
 
 
+def test_a_plain_savefig_keeps_the_legend_inside_the_saved_figure(tmp_path):
+    """`comp.plot().savefig(path)` and `run.plot().savefig(path)` save the whole figure, without the command
+    line's tight bounding box: the legend (every method's name) must lie inside it, not past its right edge."""
+    from PIL import Image
+
+    from orchestrator.reporting.plots import comparison_figure
+
+    curves = {"fedavg": {0: history([0.4, 0.6]), 1: history([0.5, 0.7])},
+              "a_method_with_a_long_name": [history([0.3, 0.5], personal_accs=[0.5, 0.9])]}
+    fig = comparison_figure(curves, "a title")
+    fig.savefig(tmp_path / "plain.png", dpi=100)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["fedavg", "a_method_with_a_long_name"]
+    box, page = legend.get_window_extent(), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert all(box.x0 >= ax.get_window_extent().x1 for ax in fig.axes)  # beside the panels, not over the data
+    assert Image.open(tmp_path / "plain.png").size == (round(page.width), round(page.height))
+
+
 # ------------------------------------------------------------------------------------------- MLflow
 def test_experiment_opens_in_the_model_training_view(tmp_path):
     from mlflow.tracking import MlflowClient

@@ -7,9 +7,12 @@ runs under any algorithm by switching `algorithm.name`.
 """
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
@@ -36,13 +39,19 @@ class NestedFieldError(ValueError):
     def __init__(self, path: str, value: Any, msg: str):
         super().__init__(f"{path} = {shown(value)}: {msg}")
         self.path, self.value, self.msg = path, value, msg
+        self.near: str | None = None  # an unknown key's nearest valid one, relative as the path is
 
     @classmethod
-    def from_validation(cls, prefix: str, err: ValidationError) -> NestedFieldError:
+    def from_validation(cls, prefix: str, err: ValidationError, schema: type[BaseModel] | None = None
+                        ) -> NestedFieldError:
         e = err.errors()[0]
         path = ".".join([prefix, *(str(p) for p in e["loc"])]).strip(".")
         if e["type"] == "extra_forbidden":
-            return cls(path, e["input"], "unknown key")
+            near = nearest_key(schema, e["loc"]) if schema is not None else None
+            near = ".".join(p for p in (prefix, near) if p) if near else None
+            error = cls(path, e["input"], f"unknown key; did you mean '{near}'?" if near else "unknown key")
+            error.near = near
+            return error
         return cls(path, e.get("input"), e["msg"].removeprefix("Value error, "))
 
 
@@ -50,7 +59,7 @@ def validate_block(schema: type[BaseModel], block: dict | None, prefix: str) -> 
     try:
         return schema(**(block or {}))
     except ValidationError as e:
-        raise NestedFieldError.from_validation(prefix, e) from None
+        raise NestedFieldError.from_validation(prefix, e, schema) from None
     except TypeError:
         raise NestedFieldError(prefix, block, "must be a mapping of hyperparameters") from None
 
@@ -751,17 +760,58 @@ def shown(value: Any) -> str:
         return f"<a {type(value).__name__} holding an integer too long to print>"
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """The first problem of a pydantic error as one line: field, value given, what is allowed."""
+def schema_models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation can hold: itself, a union's members, an Optional's or a list's
+    or a dict's values."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return schema_models(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType, list, dict, tuple):
+        args = typing.get_args(annotation)
+        members = args[1:] if origin is dict else args
+        return [m for arg in members for m in schema_models(arg)]
+    return []
+
+
+def nearest_key(schema: type[BaseModel], loc: tuple) -> str | None:
+    """The valid dotted key closest to the unknown one at `loc` (the same path with its last part respelled), or
+    None when none is close. Parts that name no field (a list index, a union's tag) keep the models in hand."""
+    models = [schema]
+    for part in loc[:-1]:
+        fields = [m.model_fields[part] for m in models if isinstance(part, str) and part in m.model_fields]
+        if fields:
+            models = [m for f in fields for m in schema_models(f.annotation)]
+        else:
+            tagged = [m for m in models if str(part) in m.__name__.lower() or any(
+                typing.get_args(f.annotation) == (part,) for f in m.model_fields.values())]
+            models = tagged or models
+        if not models:
+            return None
+    keys = sorted({k for m in models for k in m.model_fields})
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.7)
+    return ".".join([*(str(p) for p in loc[:-1]), near[0]]) if near else None
+
+
+def format_validation_error(err: ValidationError, source: str, schema: type[BaseModel] | None = None) -> str:
+    """The first problem of a pydantic error as one line: field, value given, what is allowed; an unknown key
+    names the nearest valid one of `schema` where one is close."""
     e = err.errors()[0]
     where = printable(".".join(str(p) for p in e["loc"])) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
     nested = (e.get("ctx") or {}).get("error")
     if isinstance(nested, NestedFieldError):
-        path = ".".join(p for p in (where if where != "(top level)" else "", printable(nested.path)) if p)
-        return f"{source}: {path} = {shown(nested.value)}: {nested.msg}"
+        outer = where if where != "(top level)" else ""
+        path = ".".join(p for p in (outer, printable(nested.path)) if p)
+        msg = nested.msg
+        if nested.near:
+            msg = f"unknown key; did you mean '{'.'.join(p for p in (outer, printable(nested.near)) if p)}'?"
+        return f"{source}: {path} = {shown(nested.value)}: {msg}"
     if e["type"] == "extra_forbidden":
-        return f"{source}: unknown key '{where}' (value {shown(e['input'])}); check the spelling against `mooring config show`"
+        near = nearest_key(schema, e["loc"]) if schema is not None else None
+        hint = f"did you mean '{printable(near)}'?" if near else "check the spelling against `mooring config show`"
+        return f"{source}: unknown key '{where}' (value {shown(e['input'])}); {hint}"
     if e["type"] == "literal_error":
         return f"{source}: {where} = {shown(e['input'])}: {msg}"
     value = e.get("input")
@@ -847,7 +897,7 @@ def build_config(raw: dict[str, Any], source: str = "config") -> ExperimentConfi
     try:
         return ExperimentConfig(**raw)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, source)) from None
+        raise ConfigError(format_validation_error(e, source, ExperimentConfig)) from None
     except TypeError as e:
         raise ConfigError(f"{source}: {e}") from None
 

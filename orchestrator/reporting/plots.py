@@ -18,7 +18,8 @@ def import_pyplot():
 
 
 def _save(plt, fig, path: str | Path) -> Path:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a constrained figure lays itself out; tight_layout would undo it
+        fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # exactly at `path`: in the format its suffix names, else PNG (matplotlib would add ".png" to a bare name)
@@ -81,7 +82,7 @@ def plot_comparison(curves: dict[str, History | list[History] | dict[int, Histor
 def comparison_figure(curves: dict[str, History | list[History] | dict[int, History]], title: str = ""):
     """THE accuracy-by-round figure (run, compare, claims, MLflow, the Python API's `plot()`): one panel per kind
     of accuracy a method reports, one line per method (mean over seeds, ± std as a band when there are several),
-    integer round ticks, the legend outside the data, and markers at the rounds where a method synchronises its
+    integer round ticks, the legend beside the panels (inside the figure, so that a plain `savefig` keeps it), and markers at the rounds where a method synchronises its
     models. A matplotlib Figure outside pyplot, so that drawing it neither needs nor changes a backend."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -92,7 +93,8 @@ def comparison_figure(curves: dict[str, History | list[History] | dict[int, Hist
     styles = method_styles(list(runs))
     panels = [(key, label) for key, label in PANELS if any(seed_curves(hs, key)[0] for hs in runs.values())]
     panels = panels or [PANELS[0]]
-    fig = Figure(figsize=(5.2 * len(panels) + 2.4, 4.2))
+    # constrained, with the legend "outside" the axes but inside the figure: a plain savefig keeps it
+    fig = Figure(figsize=(5.2 * len(panels) + 2.4, 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     synced_any = False
     for ax, (key, label) in zip(axes[0], panels):
@@ -124,9 +126,8 @@ def comparison_figure(curves: dict[str, History | list[History] | dict[int, Hist
     if synced_any:
         handles.append(Line2D([], [], ls="none", marker="o", ms=4, color="grey"))
         labels.append("models synchronised")
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return fig
 
 
@@ -155,7 +156,8 @@ def plot_against_time(curves: dict[str, History | list[History] | dict[int, Hist
     panels = [(key, label) for key, label in PANELS
               if any(len(time_curve(run, key)[0]) for hs in runs.values() for run in hs)] or [PANELS[0]]
     plt = import_pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.4, 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.4, 4.2), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax, (key, label) in zip(axes[0], panels):
         for name, histories in runs.items():
             for history in histories:
@@ -166,7 +168,7 @@ def plot_against_time(curves: dict[str, History | list[History] | dict[int, Hist
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy (%)")
     handles = [Line2D([], [], lw=1.6, **styles[name]) for name in runs]
-    fig.legend(handles, list(runs), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.legend(handles, list(runs), loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     return _save(plt, fig, path)
 

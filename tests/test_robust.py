@@ -321,3 +321,15 @@ def test_compare_attacks_and_defends_a_built_in_method_on_both_engines(ray_sessi
     for variant in ("seq", "vec"):
         rounds = histories[variant]["0"]
         assert [r["threat_clients"] for r in rounds] == [1, 1] and all("accuracy" in r for r in rounds)
+
+
+def test_a_backdoor_target_outside_the_classes_is_refused_before_any_run(capsys, tmp_path):
+    from orchestrator.cli import main
+
+    rc = main(["compare", "configs/default.yaml", "--algorithms", "fedavg", "--set", "threat.attack=backdoor",
+               "--set", "threat.target=10", "--set", f"checkpoint.dir={tmp_path / 'runs'}",
+               "--out", str(tmp_path / "out"), "--address", "127.0.0.1:1"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.splitlines() == [
+        "error: variant fedavg: threat.target = 10: the data has 10 classes (0 .. 9)"], err
+    assert not (tmp_path / "out").exists()  # before Ray: the address is never tried

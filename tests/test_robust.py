@@ -333,3 +333,15 @@ def test_a_backdoor_target_outside_the_classes_is_refused_before_any_run(capsys,
     assert rc == 2 and out == "" and err.splitlines() == [
         "error: variant fedavg: threat.target = 10: the data has 10 classes (0 .. 9)"], err
     assert not (tmp_path / "out").exists()  # before Ray: the address is never tried
+
+
+def test_a_mean_driven_off_by_attackers_stops_with_advice_to_defend(tmp_path):
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import NonFiniteLoss, run_in_process
+
+    cfg = load_config("configs/default.yaml", [f"data.partitions_dir={tmp_path}", "data.num_clients=4",
+                                               "train.rounds=3", "train.local_epochs=1", "threat.attack=sign_flip",
+                                               "threat.scale=1e30"])
+    with pytest.raises(NonFiniteLoss, match=r"threat.attack=sign_flip\) may have driven the mean off: set "
+                                            r"algorithm.aggregator"):
+        run_in_process(cfg, prepare_data(cfg))

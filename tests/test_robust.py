@@ -345,3 +345,12 @@ def test_a_mean_driven_off_by_attackers_stops_with_advice_to_defend(tmp_path):
     with pytest.raises(NonFiniteLoss, match=r"threat.attack=sign_flip\) may have driven the mean off: set "
                                             r"algorithm.aggregator"):
         run_in_process(cfg, prepare_data(cfg))
+
+
+def test_a_backdoor_s_success_rate_is_in_the_run_s_summary_beside_its_accuracy():
+    from orchestrator.reporting.results import summary_metrics
+
+    history = [{"accuracy": 0.5, "attack_success_rate": 0.9}, {"accuracy": 0.6, "attack_success_rate": 0.8}]
+    summary = summary_metrics(history)
+    assert summary["final_global_accuracy"] == 0.6 and summary["attack_success_rate"] == 0.8
+    assert "attack_success_rate" not in summary_metrics([{"accuracy": 0.6}])

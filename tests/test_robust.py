@@ -313,8 +313,9 @@ def test_compare_attacks_and_defends_a_built_in_method_on_both_engines(ray_sessi
                "--variant", "seq=fedavg train.engine=sequential", "--variant", "vec=fedavg train.engine=vectorized",
                "--out", str(tmp_path / "out"), "--output-json", str(tmp_path / "table.json"), "--quiet",
                "--address", ray_session.get_runtime_context().gcs_address])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert rc == 0, err
+    assert (out + err).count("note: algorithm.aggregator=median and threat.attack=sign_flip read each client's update") == 1
     table = json.loads((tmp_path / "table.json").read_text())
     assert {row["variant"] for row in table} == {"seq", "vec"}, table
     histories = json.loads((tmp_path / "out" / "histories.json").read_text())

@@ -355,3 +355,16 @@ def test_a_backdoor_s_success_rate_is_in_the_run_s_summary_beside_its_accuracy()
     summary = summary_metrics(history)
     assert summary["final_global_accuracy"] == 0.6 and summary["attack_success_rate"] == 0.8
     assert "attack_success_rate" not in summary_metrics([{"accuracy": 0.6}])
+
+
+def test_a_robust_aggregator_composes_with_local_noise_and_a_server_optimiser(tmp_path):
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
+
+    base = [f"data.partitions_dir={tmp_path}", "data.num_clients=4", "train.rounds=2", "train.local_epochs=1",
+            "algorithm.aggregator=median", "threat.attack=ipm"]
+    for sets in (["privacy.models.clip=1", "privacy.models.local_noise_multiplier=0.01"],
+                 ["algorithm.server_optimizer.name=adam"]):
+        cfg = load_config("configs/default.yaml", base + sets)
+        history = run_in_process(cfg, prepare_data(cfg))
+        assert [m["threat_clients"] for m in history] == [1, 1] and all(0 <= m["accuracy"] <= 1 for m in history)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import ClassVar
 
 import pytest
@@ -368,3 +369,20 @@ def test_a_robust_aggregator_composes_with_local_noise_and_a_server_optimiser(tm
         cfg = load_config("configs/default.yaml", base + sets)
         history = run_in_process(cfg, prepare_data(cfg))
         assert [m["threat_clients"] for m in history] == [1, 1] and all(0 <= m["accuracy"] <= 1 for m in history)
+
+
+@pytest.mark.parametrize("started, resumed, change", [
+    ([], ["threat.attack=alie"], 'threat null → "alie"'),
+    (["algorithm.aggregator=median"], [], 'algorithm.aggregator "median" → null'),
+    (["algorithm.aggregator=krum"], ["algorithm.aggregator=krum", "algorithm.aggregator.m=2"],
+     "algorithm.aggregator.m 1 → 2"),
+])
+def test_a_resume_may_not_add_drop_or_change_an_attack_or_an_aggregator(tmp_path, started, resumed, change):
+    from orchestrator.driver import resume_config
+    from orchestrator.experiment.config import ConfigError
+
+    (tmp_path / "checkpoints").mkdir()
+    resume_config.record(str(tmp_path), load_config("configs/default.yaml", started))
+    with pytest.raises(ConfigError, match=re.escape(change)):
+        resume_config.check_unchanged(str(tmp_path), load_config("configs/default.yaml", resumed))
+    resume_config.check_unchanged(str(tmp_path), load_config("configs/default.yaml", started))

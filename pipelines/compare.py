@@ -295,6 +295,11 @@ def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_di
     tracker.start(f"compare-{base.name}", {"variants": ",".join(variants), "seeds": ",".join(map(str, seeds))},
                   {"kind": "compare", "dataset": base.data.dataset})
     echo(f"comparing {len(variants)} variants × {len(seeds)} seeds, {parallel} at a time")
+    from orchestrator.server.robust_round import robustness_note
+
+    for note in dict.fromkeys(robustness_note(j.cfg) for j in jobs[:len(variants)]):
+        if note:
+            echo(f"note: {note}")
     try:
         comp = run_jobs(jobs, parallel, tracker.run_id, echo, progress)
     except BaseException:

@@ -28,8 +28,9 @@ class ClientCache:
     balance a round) has its data built on demand and nothing of it stays."""
 
     def __init__(self, algorithm: Algorithm, data: FederatedData, client_ids: list[int], device: torch.device,
-                 shards_kept: int | None, states: ClientStateStore):
+                 shards_kept: int | None, states: ClientStateStore, poison=None):
         self.algorithm, self.federated, self.device = algorithm, data, device
+        self.poison = poison  # (shard) -> the shard as the threat leaves it (data poisoning), or None
         self.hosted = frozenset(client_ids)
         self.shards_kept = shards_kept  # None: every shard stays once built
         self.shards: OrderedDict[int, Any] = OrderedDict()  # hosted clients' built shards, LRU order
@@ -75,6 +76,8 @@ class ClientCache:
         """A client's shard, on this host's device; personalized methods also see the global test set, one
         copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
         1,000 copies)."""
+        if self.poison is not None:
+            data = self.poison(data)
         data = to_device(data, self.device)
         if self.algorithm.capabilities().personalized:
             if data.domain not in self.global_tests:

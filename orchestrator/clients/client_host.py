@@ -10,6 +10,7 @@ checkpoints) is moved back to the CPU, so the coordinator never holds a CUDA ten
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from orchestrator.clients.client_groups import ClientGroups
 from orchestrator.clients.client_store import ClientStateStore
 from orchestrator.experiment.methods import build_algorithm
 from orchestrator.server.evaluation import accuracies_on_test_sets
+from orchestrator.server.robust_round import poisoned_data
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, count_correct, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
@@ -30,8 +32,18 @@ from tasks.algorithms.faults import method_hook
 from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
+from tasks.robust.attacks import fixed_malicious
 
 SETUP_STREAM = 0x5E7
+
+
+def data_poisoning(cfg, data: FederatedData):
+    """threat: label_flip or backdoor: (shard) -> the shard as the threat leaves it; None for any other run."""
+    threat = cfg.threat
+    if threat is None or not threat.poisons_data:
+        return None
+    malicious = fixed_malicious(cfg.seed, data.num_clients, threat.fraction)
+    return partial(poisoned_data, threat=threat, num_classes=data.num_classes, seed=cfg.seed, malicious=malicious)
 
 
 class ClientHost:
@@ -47,7 +59,7 @@ class ClientHost:
         self.train = self.algorithm.setup.train
         self.federated = data
         self.cache = ClientCache(self.algorithm, data, client_ids, self.device, cfg.resources.resident_clients,
-                                 store if store is not None else ClientStateStore())
+                                 store if store is not None else ClientStateStore(), data_poisoning(cfg, data))
         for cid, state in (client_states or {}).items():
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()

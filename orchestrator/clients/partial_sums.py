@@ -63,7 +63,21 @@ def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Ten
 def sums_updates(algorithm: Algorithm, cfg) -> bool:
     """Whether this run's client hosts return partial sums: asked for (the default), the method's capabilities
     declare its aggregation and round metrics FedAvg's (a weighted mean of the client models, nothing else read
-    from them), weighted by samples, and nothing else reads each client's model (eval.diagnostics does)."""
+    from them), weighted by samples, and nothing else reads each client's model (eval.diagnostics does; so do a
+    robust aggregator and an attack on the updates, orchestrator/server/robust_round.py)."""
+    from orchestrator.server.robust_round import reads_updates
+
     capabilities = algorithm.capabilities()
     return (cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
-            and algorithm.averaging == "samples" and not cfg.eval.diagnostics)
+            and algorithm.averaging == "samples" and not cfg.eval.diagnostics and not reads_updates(cfg))
+
+
+def sums_updates_asked(cfg) -> bool:
+    """Whether the run would send partial sums but for what reads each update (`sums_updates` less that)."""
+    from tasks.algorithms import ALGORITHMS
+
+    method = ALGORITHMS.get(cfg.algorithm.name)
+    capabilities = method.capabilities()
+    averaging = cfg.algorithm.averaging or method.default_averaging
+    return (cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
+            and averaging == "samples" and not cfg.eval.diagnostics)

@@ -28,11 +28,22 @@ def check_runnable(cfg: ExperimentConfig) -> None:
     from orchestrator.io.run_dir import check_output_dirs
 
     check_output_dirs(cfg)
-    if cfg.train.engine == "vectorized":
+    backdoor = cfg.threat is not None and cfg.threat.attack == "backdoor"
+    if cfg.train.engine == "vectorized" or backdoor:
         from orchestrator.experiment.datasets import _loader_options
         from tasks.data.datasets import load_dataset
 
-        check_engine(cfg, load_dataset(_loader_options(cfg)))
+        dataset = load_dataset(_loader_options(cfg))
+        check_engine(cfg, dataset)
+        check_threat(cfg, dataset)
+
+
+def check_threat(cfg: ExperimentConfig, data) -> None:
+    """Refuse a backdoor whose target is not one of the data's classes. `data`: anything with num_classes."""
+    threat = cfg.threat
+    if threat is not None and threat.attack == "backdoor" and threat.target >= data.num_classes:
+        raise ConfigError(f"threat.target = {threat.target}: the data has {data.num_classes} classes "
+                          f"(0 .. {data.num_classes - 1})")
 
 
 def check_variants(configs: dict[str, ExperimentConfig], check=check_runnable) -> None:

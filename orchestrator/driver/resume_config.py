@@ -30,10 +30,16 @@ def comparable(cfg: ExperimentConfig) -> dict[str, Any]:
     d = cfg.to_dict()
     model_options = MODELS.get(cfg.model.name).params(**cfg.model.options).model_dump(mode="json")
     d["model"] = {k: v for k, v in d["model"].items() if k not in model_options} | model_options
-    shared = {k: v for k in ("averaging", "server_optimizer", "calibration") if (v := d["algorithm"].get(k)) is not None}
+    shared = {k: v for k in ("averaging", "server_optimizer", "calibration", "aggregator")
+              if (v := d["algorithm"].get(k)) is not None}
     d["algorithm"] = {"name": cfg.algorithm.name,
                       cfg.algorithm.block_name: cfg.algorithm.params_for().model_dump(mode="json"), **shared}
-    return json.loads(json.dumps(flatten(d)))
+    flat = flatten(d)
+    # a block set on one side only leaves keys the other lacks, which `changes` does not count: its name, on both
+    aggregator = cfg.algorithm.aggregator
+    flat["threat"] = cfg.threat.attack if cfg.threat is not None else None
+    flat["algorithm.aggregator"] = aggregator.name if aggregator is not None else None
+    return json.loads(json.dumps(flat))
 
 
 def record(run_dir: str, cfg: ExperimentConfig) -> None:

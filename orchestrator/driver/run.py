@@ -68,6 +68,11 @@ def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_
     note = optimizer_note(cfg)  # a plain-SGD method under momentum: its documented adjustment, in one line
     if note and progress:
         print(f"note: {note}", file=sys.stderr)
+    from orchestrator.server.robust_round import robustness_note
+
+    note = robustness_note(cfg)  # a robust aggregator or an attack on the updates turns partial sums off
+    if note and progress:
+        print(f"note: {note}", file=sys.stderr)
     with StopSignals() as stop:
         if tracker is not None:  # its waits for the tracking process end sooner once a stop signal has come
             tracker.stop_requested = lambda: stop.seen

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from orchestrator.driver import resume_config
 from orchestrator.driver.local_coordinator import LocalCoordinator, get
 from orchestrator.driver.local_coordinator import end as end_coordinator
-from orchestrator.driver.preflight import check_engine
+from orchestrator.driver.preflight import check_engine, check_threat
 from orchestrator.driver.run_context import RunContext
 from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.io.artifacts import import_plotting_meanwhile
@@ -62,6 +62,7 @@ def set_up(ctx: RunContext):
             with phases("start: wait for the data"):
                 data = data_ready.result()
             check_engine(cfg, data)
+            check_threat(cfg, data)
             clients_here = clients_in_coordinator(cfg, data)
             ctx.small_rounds = clients_here and cfg.resources.clients_on == "auto"
             if local and not clients_here:

@@ -255,16 +255,83 @@ class CalibrationConfig(Strict):
     batch_size: int = Field(64, ge=1)
 
 
+class AggregatorConfig(Strict):
+    """How the server aggregates its clients' updates Δ_k = θ_k − θ into the global model, for any method with a
+    global model (tasks/robust/aggregators.py, docs/robustness.md). A bare name (`algorithm.aggregator=median`)
+    is the aggregator with its defaults. Any name but mean, and mean with bucketing, read each client's update,
+    so they turn resources.partial_sums off."""
+
+    name: Literal["mean", "median", "trimmed_mean", "krum", "geomed", "centered_clipping", "norm_bound"] = Field(
+        "mean", description="mean (FedAvg's weighted mean), median (coordinate-wise), trimmed_mean (β), krum "
+        "(Krum, m = 1; Multi-Krum, m > 1), geomed (geometric median, RFA's smoothed Weiszfeld), centered_clipping "
+        "(τ, iterations), norm_bound (each update clipped to max_norm, then the weighted mean)")
+    beta: float = Field(0.1, ge=0, lt=0.5, description="trimmed_mean: the share ⌊β·n⌋ of updates cut from each end "
+                        "of every coordinate")
+    f: int = Field(1, ge=0, description="krum: the malicious updates it assumes (each score sums the n − f − 2 "
+                   "nearest; f is lowered to n − 3 in a round with fewer updates)")
+    m: int = Field(1, ge=1, description="krum: the updates averaged (1: Krum; more: Multi-Krum)")
+    iterations: int = Field(4, ge=1, description="geomed: Weiszfeld steps at most; centered_clipping: clipping "
+                            "iterations a round")
+    nu: float = Field(1e-6, gt=0, description="geomed: the smoothing ν (distances below it count as ν)")
+    tau: float = Field(1.0, gt=0, description="centered_clipping: the clipping radius τ around the last aggregate")
+    max_norm: float = Field(1.0, gt=0, description="norm_bound: the ℓ2 norm each update is clipped to")
+    bucketing: int = Field(1, ge=1, description="s: the updates are shuffled into buckets of s and the aggregator "
+                           "takes the buckets' means (Karimireddy et al. 2022); 1: no bucketing")
+
+    @model_validator(mode="before")
+    @classmethod
+    def bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @property
+    def reads_updates(self) -> bool:
+        """Whether it needs each client's update (anything but the plain mean)."""
+        return self.name != "mean" or self.bucketing > 1
+
+
+class ThreatConfig(Strict):
+    """Malicious clients and what they do (tasks/robust/attacks.py, docs/robustness.md): model poisoning replaces
+    the model update a malicious client sends, data poisoning changes its training split; either applies to
+    whatever the method's clients send, so every method is attacked unchanged."""
+
+    attack: Literal["sign_flip", "gaussian", "alie", "ipm", "mimic", "label_flip", "backdoor"] = Field(
+        description="sign_flip (−scale·Δ), gaussian (N(0, std²) in place of Δ), alie (μ − z·σ of the honest "
+        "updates), ipm (−ε·μ of the honest updates), mimic (copies one honest client), label_flip (y → C − 1 − y), "
+        "backdoor (a trigger patch relabelled target)")
+    fraction: float = Field(0.2, ge=0, le=1, description="the share of clients that are malicious")
+    selection: Literal["fixed", "per_round"] = Field(
+        "fixed", description="fixed: round(fraction·N) clients drawn from the seed, malicious in every round they "
+        "are sampled; per_round: round(fraction·K) of each round's clients, drawn from (seed, round); data "
+        "poisoning needs fixed")
+    scale: float = Field(1.0, gt=0, description="sign_flip: the scale of the reversed update (1: bit flipping)")
+    std: float = Field(1.0, gt=0, description="gaussian: the standard deviation of the noise sent")
+    z: float | None = Field(None, description="alie: z; null: Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f (Baruch et al.)")
+    epsilon: float = Field(0.1, gt=0, description="ipm: ε")
+    warmup: int = Field(1, ge=1, description="mimic: the rounds over which the attackers choose whom to copy")
+    target: int = Field(0, ge=0, description="backdoor: the class the trigger leads to")
+    trigger_size: int = Field(3, ge=1, description="backdoor: the trigger patch's side, in pixels")
+    trigger_value: float | None = Field(None, description="backdoor: the patch's value; null: the largest input "
+                                        "value of the split poisoned or tested")
+    poison_fraction: float = Field(0.5, gt=0, le=1, description="backdoor: the share of a malicious client's "
+                                   "training samples that carry the trigger")
+
+    @property
+    def poisons_data(self) -> bool:
+        return self.attack in ("label_flip", "backdoor")
+
+
 class AlgorithmConfig(BaseModel):
-    """`name` plus one block of hyperparameters per algorithm; each block validated by its algorithm. Three
-    settings apply to any method: `averaging` (samples | uniform; default: the method's own), `server_optimizer`
-    and `calibration` (null: none)."""
+    """`name` plus one block of hyperparameters per algorithm; each block validated by its algorithm. Four
+    settings apply to any method: `averaging` (samples | uniform; default: the method's own), `server_optimizer`,
+    `calibration` and `aggregator` (null: none)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
     name: str = "fedavg"
     averaging: Literal["samples", "uniform"] | None = None
     server_optimizer: ServerOptimizerConfig | None = None
     calibration: CalibrationConfig | None = None
+    aggregator: AggregatorConfig | None = Field(None, description="robust aggregation of the clients' updates "
+                                                "(a name, or a block); null: the method's own mean")
 
     @model_validator(mode="after")
     def known_algorithms(self) -> AlgorithmConfig:
@@ -632,6 +699,7 @@ class ExperimentConfig(Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    threat: ThreatConfig | None = Field(None, description="malicious clients and their attack; null: none")
     claims: ClaimsConfig | None = None
 
     @field_validator("name")
@@ -710,6 +778,16 @@ class ExperimentConfig(Strict):
         from orchestrator.experiment.method_settings import method_settings_refusal
 
         key, value, problem = method_settings_refusal(self)
+        if problem:
+            raise NestedFieldError(key, value, problem)
+        return self
+
+    @model_validator(mode="after")
+    def robustness_fits(self) -> ExperimentConfig:
+        """The aggregator and the attack the named method, the participation and the privacy block can take."""
+        from orchestrator.server.robust_round import robustness_refusal
+
+        key, value, problem = robustness_refusal(self)
         if problem:
             raise NestedFieldError(key, value, problem)
         return self
@@ -835,14 +913,20 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+# settings given as a bare name or as a block with that name (AggregatorConfig.bare_name)
+NAME_OR_BLOCK = frozenset({"algorithm.aggregator"})
+
+
 def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     """Set `raw[a][b][c] = value` for key "a.b.c", creating sections as needed."""
     *sections, leaf = key.split(".")
     node = raw
-    for part in sections:
+    for depth, part in enumerate(sections):
         child = node.get(part)
         if child is None:
             child = node[part] = {}
+        if isinstance(child, str) and ".".join(sections[:depth + 1]) in NAME_OR_BLOCK:
+            child = node[part] = {"name": child}  # `aggregator: median`, then one of its settings
         if not isinstance(child, dict):
             raise ConfigError(f"--set {key}=...: '{part}' is a value, not a section")
         node = child

@@ -56,11 +56,17 @@ def optimizer_note(cfg) -> str:
 
 
 def nonfinite_loss_advice(cfg) -> str:
-    """What a non-finite training loss most likely asks of the user: the privacy noise where noise is added to
+    """What a non-finite training loss most likely asks of the user: a robust aggregator where attacked updates
+    are averaged, the privacy noise where noise is added to
     the models' updates (its std z·C can swamp any model), the optimiser where the method's formula assumes plain
     SGD and the run uses momentum, else the learning rate."""
     from tasks.algorithms import ALGORITHMS
 
+    threat = cfg.threat
+    mean = cfg.algorithm.aggregator is None or cfg.algorithm.aggregator.name == "mean"
+    if threat is not None and not threat.poisons_data and mean:
+        return (f"the malicious clients' updates (threat.attack={threat.attack}) may have driven the mean off: "
+                "set algorithm.aggregator (docs/robustness.md)")
     dp = cfg.privacy.models
     if dp.clip is not None and (dp.noise_multiplier or dp.local_noise_multiplier):
         noises = [f"{key} is {z:g}" for key, z in (("privacy.models.noise_multiplier", dp.noise_multiplier),

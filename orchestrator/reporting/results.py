@@ -99,6 +99,9 @@ def summary_metrics(history: list[dict[str, Any]], target: float | None = None) 
 
         out["simulated_seconds"] = clock
         out["time_to_target"] = time_to_accuracy(history, target) if target is not None else None
+    success = last_logged(history, "attack_success_rate")  # a backdoor's (threat.attack: backdoor)
+    if success is not None:
+        out["attack_success_rate"] = success
     return out | {key: last_logged(history, key) for key in EPSILON_KEYS}
 
 

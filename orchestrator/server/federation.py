@@ -35,6 +35,7 @@ from orchestrator.server.evaluation import (
     personalized_summary,
 )
 from orchestrator.server.participation import Participation
+from orchestrator.server.robust_round import RobustRound, reads_updates
 from orchestrator.server.sampling import sample_clients
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import State, nbytes
@@ -106,6 +107,8 @@ class Server:
         self.buffered = BufferedAggregation(cfg, data) if cfg.participation.mode == "buffered" else None
         self.privacy = ServerPrivacy(cfg.privacy_settings, self.algorithm.name, cfg.seed, data.num_clients,
                                      cfg.clients_per_round)
+        # threat: and algorithm.aggregator (orchestrator/server/robust_round.py); None without either
+        self.robust = RobustRound(cfg, data.num_clients) if cfg.threat is not None or reads_updates(cfg) else None
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/ray_runtime/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(
@@ -119,6 +122,8 @@ class Server:
         snap = {"round": self.round, "state": self.state, "history": self.history_text.of(self.history),
                 "bytes_total": self.bytes_total, "set_up": self.set_up, "privacy": self.privacy.snapshot()}
         clock = self.participation or self.buffered
+        if self.robust is not None:
+            snap["robust"] = self.robust.snapshot()
         return snap | ({"participation": clock.snapshot()} if clock else {})
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -129,6 +134,8 @@ class Server:
         if clock:
             clock.restore(snap["participation"])
         self.privacy.restore(snap.get("privacy", {}))
+        if self.robust is not None:
+            self.robust.restore(snap.get("robust", {}))
 
     # ------------------------------------------------------------------ one round
     def setup(self, contributions: list) -> None:
@@ -207,6 +214,10 @@ class Server:
                 check_finite_losses(results, t, nonfinite_loss_advice(self.cfg))
             updates = [results[c] for c in sorted(results)]
             before = self.state
+            threat_metrics = {}
+            if self.robust is not None:  # the attack on the updates, then the robust aggregate in the mean's place
+                updates, threat_metrics = self.robust.apply(updates, before["model"],
+                                                            self.algorithm.aggregation_weights(updates), t)
             if self.summed and updates:
                 self.state = {**self.state, "model": fold_partial_sums(partials, self.state["model"])}
             elif not self.summed:
@@ -221,6 +232,7 @@ class Server:
             payload_bytes = nbytes(payload)
             metrics = self._round_metrics(t, payload_bytes, sampled, updates, sorted(failed + failed_training),
                                           pre_bytes + sum(p.bytes_sent for p in partials))
+            metrics.update(threat_metrics)
             if self.cfg.eval.diagnostics:
                 metrics.update(round_diagnostics(self.algorithm, before, self.state, updates, self.probe))
             metrics.update(self.privacy.metrics(self.round))
@@ -269,6 +281,9 @@ class Server:
             judged = call(ClientCall(CallKind.EVALUATE_GLOBAL, state, self.per_client_clients, self.round)).results
             if judged:
                 out.update(per_client_summary(judged))
+        if self.robust is not None:
+            out.update(self.robust.attack_success_rate(self.algorithm, state, self.test_sets,
+                                                       self.cfg.eval.batch_size))
         if self.algorithm.capabilities().personalized and call is not None:
             payload = self.algorithm.payload(self.state, self.round)
             per_client = call(ClientCall(CallKind.EVALUATE, payload, self.eval_clients, self.round)).results

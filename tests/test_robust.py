@@ -290,14 +290,14 @@ def test_local_noise_composes_with_a_robust_aggregator_and_bare_names_take_setti
 
 
 def test_partial_sums_are_off_and_the_run_says_so_only_where_updates_are_read():
-    from orchestrator.server.robust_round import reads_updates, robustness_note
+    from orchestrator.server.robust_round import robustness_note
 
     plain = load_config("configs/default.yaml", ["algorithm.aggregator=mean"])
-    assert not reads_updates(plain) and robustness_note(plain) == ""
+    assert not plain.reads_each_update and robustness_note(plain) == ""
     poisoned = load_config("configs/default.yaml", ["threat.attack=label_flip"])
-    assert not reads_updates(poisoned)
+    assert not poisoned.reads_each_update
     bucketed = load_config("configs/default.yaml", ["algorithm.aggregator.bucketing=2", "threat.attack=alie"])
-    assert reads_updates(bucketed)
+    assert bucketed.reads_each_update
     assert robustness_note(bucketed) == (
         "algorithm.aggregator=mean and threat.attack=alie read each client's update, so the clients send their "
         "updates rather than partial sums (resources.partial_sums is off for this run)")

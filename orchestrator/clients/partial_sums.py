@@ -65,11 +65,9 @@ def sums_updates(algorithm: Algorithm, cfg) -> bool:
     declare its aggregation and round metrics FedAvg's (a weighted mean of the client models, nothing else read
     from them), weighted by samples, and nothing else reads each client's model (eval.diagnostics does; so do a
     robust aggregator and an attack on the updates, orchestrator/server/robust_round.py)."""
-    from orchestrator.server.robust_round import reads_updates
-
     capabilities = algorithm.capabilities()
     return (cfg.resources.partial_sums and capabilities.global_model and capabilities.averages_models
-            and algorithm.averaging == "samples" and not cfg.eval.diagnostics and not reads_updates(cfg))
+            and algorithm.averaging == "samples" and not cfg.eval.diagnostics and not cfg.reads_each_update)
 
 
 def sums_updates_asked(cfg) -> bool:

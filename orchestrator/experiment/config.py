@@ -812,6 +812,13 @@ class ExperimentConfig(Strict):
         return max(1, round(self.train.fraction * self.data.num_clients))
 
     @property
+    def reads_each_update(self) -> bool:
+        """Whether the server needs each client's update rather than their sum: a robust aggregator, or an attack
+        on the updates (orchestrator/server/robust_round.py)."""
+        aggregator, threat = self.algorithm.aggregator, self.threat
+        return (aggregator is not None and aggregator.reads_updates) or (threat is not None and not threat.poisons_data)
+
+    @property
     def split_seed(self) -> int:
         return self.seed if self.data.split_seed is None else self.data.split_seed
 

@@ -35,7 +35,7 @@ from orchestrator.server.evaluation import (
     personalized_summary,
 )
 from orchestrator.server.participation import Participation
-from orchestrator.server.robust_round import RobustRound, reads_updates
+from orchestrator.server.robust_round import RobustRound
 from orchestrator.server.sampling import sample_clients
 from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import State, nbytes
@@ -108,7 +108,7 @@ class Server:
         self.privacy = ServerPrivacy(cfg.privacy_settings, self.algorithm.name, cfg.seed, data.num_clients,
                                      cfg.clients_per_round)
         # threat: and algorithm.aggregator (orchestrator/server/robust_round.py); None without either
-        self.robust = RobustRound(cfg, data.num_clients) if cfg.threat is not None or reads_updates(cfg) else None
+        self.robust = RobustRound(cfg, data.num_clients) if cfg.threat is not None or cfg.reads_each_update else None
         # (state) -> {test set: accuracy} or None: here on the CPU, unless the runtime evaluates where the
         # clients' compute is (orchestrator/ray_runtime/actors.py: a client actor's GPU)
         self.global_accuracies: Callable[[State], dict[str, float] | None] = lambda state: accuracies_on_test_sets(

@@ -7,7 +7,7 @@ Applied to what any method's clients send, between collecting a round's updates 
      model tensors replaced by θ + ρ, so that the method's own aggregation (a weighted mean, a server learning rate,
      FedDyn's correction, a server optimiser after it) takes ρ where it would have taken the mean.
 Data poisoning changes the malicious clients' training splits where their shards are built (`poisoned_data`, on
-the client hosts). The client hosts then send each update rather than partial sums (`reads_updates`)."""
+the client hosts). The client hosts then send each update rather than partial sums (`ExperimentConfig.reads_each_update`)."""
 from __future__ import annotations
 
 import math
@@ -32,17 +32,11 @@ def aggregator_of(cfg):
     return aggregator if aggregator is not None and aggregator.reads_updates else None
 
 
-def reads_updates(cfg) -> bool:
-    """Whether the server needs each client's update: a robust aggregator, or an attack on the updates."""
-    threat = cfg.threat
-    return aggregator_of(cfg) is not None or (threat is not None and not threat.poisons_data)
-
-
 def robustness_note(cfg) -> str:
     """The one line a run prints where reading each update turns partial sums off ("" otherwise)."""
     from orchestrator.clients.partial_sums import sums_updates_asked
 
-    if not reads_updates(cfg) or not sums_updates_asked(cfg):
+    if not cfg.reads_each_update or not sums_updates_asked(cfg):
         return ""
     what = [f"algorithm.aggregator={aggregator_of(cfg).name}"] if aggregator_of(cfg) else []
     what += [f"threat.attack={cfg.threat.attack}"] if cfg.threat is not None and not cfg.threat.poisons_data else []

@@ -153,7 +153,7 @@ def test_groupnorm_cnn_checks_groups():
 def test_family_members_share_feature_dim_and_differ(family, feature_dim):
     options = {} if feature_dim is None else {"feature_dim": feature_dim}
     members = [build(name, **options) for name in MODEL_FAMILIES[family]]
-    assert len(members) >= 4
+    assert len(members) >= 2
     assert {m.feature_dim for m in members} == {feature_dim or 64}
     assert len({param_count(m) for m in members}) == len(members)
 
@@ -173,10 +173,47 @@ def test_digits_family_takes_padded_inputs(shape):
         assert build(name, shape)(x).shape == (4, NUM_CLASSES)
 
 
-def test_htfe_family_takes_grey_28x28():
-    for name in MODEL_FAMILIES["htfe"]:
-        x, _ = batch((1, 28, 28), size=2)
-        assert build(name, (1, 28, 28))(x).shape == (2, NUM_CLASSES)
+@pytest.mark.parametrize("family", ["htfe", "htfe2", "htfe3"])
+def test_htfe_families_take_grey_28x28_and_padded_digits(family):
+    for shape in [(1, 28, 28), (1, 16, 16)]:  # MNIST; the digits padded by 4 (the digits budget's HtFE settings)
+        for name in MODEL_FAMILIES[family]:
+            model = build(name, shape).eval()
+            x, _ = batch(shape, size=2)
+            with torch.no_grad():
+                assert model(x).shape == (2, NUM_CLASSES), (name, shape)
+                assert model.features(x).shape == (2, 64), (name, shape)
+
+
+def test_htfe2_and_htfe3_are_the_papers_groups_in_the_codes_order():
+    # FedSA's and HtFLlib's main.py: HtFE2 = [FedAvgCNN, resnet18], HtFE3 = [resnet10, resnet18, resnet34];
+    # member 0 is FML's and FedKD's shared model
+    assert MODEL_FAMILIES["htfe2"] == ["htfe_cnn", "htfe_resnet18"]
+    assert MODEL_FAMILIES["htfe3"] == ["htfe_resnet10", "htfe_resnet18", "htfe_resnet34"]
+    assert [family_member("htfe3", i) for i in range(4)] == [*MODEL_FAMILIES["htfe3"], "htfe_resnet10"]
+    assert "htfe_resnet34" not in MODEL_FAMILIES["htfe"]  # the five-member stand-in for HtFE5 is unchanged
+
+
+def basic_blocks(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if type(m).__name__ == "BasicBlock"]
+
+
+def test_htfe_resnet34_has_torchvisions_block_counts_at_the_members_width():
+    model = build("htfe_resnet34", (1, 28, 28))
+    blocks = basic_blocks(model)
+    assert len(blocks) == 3 + 4 + 6 + 3
+    # stages of 16, 32, 64, 128 channels (width 16, doubled from the second stage)
+    widths = [b.conv2.out_channels for b in blocks]
+    assert widths == [16] * 3 + [32] * 4 + [64] * 6 + [128] * 3
+    assert [len(basic_blocks(build(n, (1, 28, 28)))) for n in ("htfe_resnet10", "htfe_resnet18")] == [4, 8]
+    assert model.feature_dim == 64 and model.classifier.in_features == 64
+    x, _ = batch((1, 28, 28), size=3)
+    with torch.no_grad():
+        assert model.body(x).shape == (3, 128)  # the backbone's pooled output, averaged down to feature_dim
+        assert model.features(x).shape == (3, 64)
+    wide = build("htfe_resnet34", (1, 28, 28), feature_dim=128)
+    assert wide.features(x).shape == (3, 128)
+    with pytest.raises(ValueError, match=r"^htfe_resnet34: feature_dim 256 > backbone width 128; raise `width`$"):
+        build("htfe_resnet34", feature_dim=256)
 
 
 def test_htfe_rejects_feature_dim_wider_than_backbone():

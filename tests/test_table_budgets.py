@@ -34,6 +34,7 @@ from pipelines.table_tuning import (
     tuned_row,
 )
 from pipelines.tables import built_methods, plan_settings, runs_left, table_cells, table_seconds
+from tasks.data import mnist_install
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_FILES = sorted(p for p in (ROOT / "configs" / "tables").glob("*.yaml") if not p.name.endswith(".tuned.yaml"))
@@ -354,3 +355,56 @@ def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_
     spec = load_table_file(path)
     [run] = plan_settings(spec, resolve_budget(spec, "mnist", path), built_methods(spec), [], path)
     assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]
+
+
+# ------------------------------------------------------------------------------------------ FedSA's HtFE groups
+FEDSA = ROOT / "configs" / "tables" / "fedsa.yaml"
+# the paper's Table 2, its HtFE2 and HtFE3 columns, as the spec (docs/methods/fedsa.md §7) copies them
+FEDSA_HTFE2_HTFE3 = {
+    "lg_fedavg": ["41.22±0.13", "40.59±0.42"], "fedgen": ["40.05±0.18", "38.47±0.29"],
+    "fml": ["40.62±0.06", "40.19±0.09"], "fedkd": ["42.19±0.09", "40.53±0.07"],
+    "feddistill": ["41.58±0.15", "40.92±0.36"], "fedproto": ["35.63±0.22", "29.89±0.48"],
+    "fedtgp": ["42.14±0.29", "37.97±0.57"], "fedsa": ["43.54±0.21", "41.75±0.16"],
+}
+HTFE_FAMILIES = {"HtFE2": "htfe2", "HtFE3": "htfe3", "HtFE5": "htfe"}
+needs_mnist = pytest.mark.skipif(not mnist_install.installed(mnist_install.installed_dir()),
+                                 reason="MNIST is not installed (`make install` puts it there)")
+
+
+def test_fedsa_htfe2_and_htfe3_carry_the_papers_numbers_and_run_their_groups_at_every_budget():
+    spec = load_table_file(str(FEDSA))
+    [table2] = [t for t in spec.tables if t.id == "table2"]
+    assert [c.name for c in table2.columns] == ["HtFE2", "HtFE3", "HtFE5", "HtFE8"]
+    assert {row: cells[:2] for row, cells in table2.paper.items()} == FEDSA_HTFE2_HTFE3
+    built = built_methods(spec)
+    for budget in (DEFAULT_BUDGET, "mnist", "smoke"):
+        plan = resolve_budget(spec, budget, str(FEDSA))
+        settings = {c.column.name: c.setting for c in plan.columns if c.table.id == "table2"}
+        runs = {r.setting: r for r in plan_settings(spec, plan, built, [], str(FEDSA))}
+        for column, family in HTFE_FAMILIES.items():
+            run = runs[settings[column]]
+            assert set(run.variants) == set(spec.rows), (budget, column)  # every row runs in the column
+            for row, overrides in run.variants.items():
+                cfg = with_overrides(run.base, overrides)
+                assert getattr(cfg.algorithm, cfg.algorithm.name)["family"] == family, (budget, column, row)
+        rounds = {runs[settings[c]].base.train.rounds for c in HTFE_FAMILIES}
+        assert len(rounds) == 1, f"{budget}: Table 2's groups at {sorted(rounds)} rounds"  # comparable columns
+        if budget == "smoke":
+            assert rounds == {2}
+
+
+def test_the_htfe_groups_timing_follows_their_members_cost():
+    """HtFE2 ({CNN, ResNet-18}) is cheaper a round than the five-member htfe, HtFE3 (ResNet-10/18/34) dearer."""
+    timing = load_table_file(str(FEDSA)).budgets["mnist"].timing.round_seconds
+    assert timing["mnist_device_htfe2"] < timing["mnist_device_htfe"] < timing["mnist_device_htfe3"]
+
+
+@needs_mnist
+@pytest.mark.parametrize("budget", ["mnist", "smoke"])
+def test_fedsa_checks_at_the_mnist_and_smoke_budgets(budget, workdir, capsys):
+    assert mooring(["table", str(FEDSA), "--budget", budget, "--check",
+                    *(a for o in workdir for a in ("--set", o))]) == 0
+    out = capsys.readouterr().out
+    assert "not expressible: table2" not in out  # HtFE2 and HtFE3 run at this budget
+    assert f"budget {budget}: the data are on disk, every seed's partition can be drawn and every built method " \
+           "starts on them" in out

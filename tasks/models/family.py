@@ -4,7 +4,9 @@
   sizes; every flattened size is computed from the input shape). All end in ReLU with one `feature_dim`
   (D = 64 by default): arch 0 MLP 64→D; arch 1 MLP 64→128→D; arch 2 MLP 64→256→256→D; arch 3
   conv3×3(1→16, pad 1)-ReLU-MaxPool2 then Linear(256→D)-ReLU.
-- `htfe`: the scaled-down HtFE image extractors of tasks/models/htfe.py (docs/methods/fedsa.md §6).
+- `htfe`: five scaled-down HtFE image extractors of tasks/models/htfe.py (docs/methods/fedsa.md §6), Table 2's
+  HtFE5 stand-in; `htfe2` = {CNN, ResNet-18} and `htfe3` = {ResNet-10, ResNet-18, ResNet-34}: the paper's HtFE2
+  and HtFE3, scaled down the same way.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from torch import nn
 
 from tasks.models.base import FLModel, ModelParams, register_model
 from tasks.models.digits import MLP, MLPParams
-from tasks.models.htfe import HTFE_MEMBERS
+from tasks.models.htfe import HTFE2_MEMBERS, HTFE3_MEMBERS, HTFE_MEMBERS
 from tasks.models.image import flat_size, image_shape
 
 DIGITS_MLP_HIDDEN = {0: [], 1: [128], 2: [256, 256]}
@@ -62,6 +64,8 @@ register_model("fedsa_digits_3", FedSADigitsParams)(DigitsConvMember)
 MODEL_FAMILIES: dict[str, list[str]] = {
     "fedsa_digits": [f"fedsa_digits_{i}" for i in range(4)],
     "htfe": HTFE_MEMBERS,
+    "htfe2": HTFE2_MEMBERS,
+    "htfe3": HTFE3_MEMBERS,
 }
 
 

@@ -2,7 +2,10 @@
 
 HtFE8 is {4-layer CNN, GoogLeNet, MobileNetV2, ResNet18, ResNet34, ResNet50, ResNet101, ResNet152} and HtFE5
 adds ResNet10. Here: the 4-layer CNN with the code's sizes at `width: 16`, and small GoogLeNet-, MobileNetV2-,
-ResNet-10- and ResNet-18-style networks (BatchNorm, as torchvision's) whose channels are multiples of `width`.
+ResNet-10-, ResNet-18- and ResNet-34-style networks (BatchNorm, as torchvision's; ResNet-34 is torchvision's
+[3, 4, 6, 3] basic blocks) whose channels are multiples of `width`. The `htfe` family is five of them; HtFE2
+({4-layer CNN, ResNet18}) and HtFE3 ({ResNet10, ResNet18, ResNet34}) are the paper's own groups, in the order
+of FedSA's and HtFLlib's `main.py` (client i gets member i mod size; FML and FedKD share member 0).
 As in the code (`BaseHeadSplit`), each backbone's pooled, post-ReLU output is averaged down to `feature_dim`
 by `AdaptiveAvgPool1d`: there is no trainable projection, and every member's h is non-negative.
 """
@@ -149,8 +152,11 @@ HTFE_BUILDERS = {
     "htfe_mobilenet": build_mobilenet,
     "htfe_resnet10": resnet_builder("htfe_resnet10", [1, 1, 1, 1]),
     "htfe_resnet18": resnet_builder("htfe_resnet18", [2, 2, 2, 2]),
+    "htfe_resnet34": resnet_builder("htfe_resnet34", [3, 4, 6, 3]),
 }
-HTFE_MEMBERS = list(HTFE_BUILDERS)
+HTFE_MEMBERS = ["htfe_cnn", "htfe_googlenet", "htfe_mobilenet", "htfe_resnet10", "htfe_resnet18"]
+HTFE2_MEMBERS = ["htfe_cnn", "htfe_resnet18"]
+HTFE3_MEMBERS = ["htfe_resnet10", "htfe_resnet18", "htfe_resnet34"]
 
 for _name, _build in HTFE_BUILDERS.items():
     register_model(_name, HtFEParams)(_build)

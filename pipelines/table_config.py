@@ -117,6 +117,8 @@ class Column(Strict):
                                                       "and rank; default: lower for rounds_to and for rank_by "
                                                       "spread (a spread across clients: fairer), else higher")
     not_expressible: str | None = Field(None, description="why the protocol cannot reproduce the column")
+    figure: str | None = Field(None, description="the paper gives this column only as a plot (which one): its "
+                               "cells are dashes, and every row the table lists runs in it all the same")
 
     @model_validator(mode="after")
     def setting_or_reason(self) -> Column:

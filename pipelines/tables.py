@@ -58,9 +58,10 @@ def built_methods(spec: TableFile) -> set[str]:
 
 # ---------------------------------------------------------------------------------------------- planning
 def rows_to_run(plan: BudgetPlan, setting: str, built: set[str], spec: TableFile) -> list[str]:
-    """The built rows with a paper number in some column that this setting reproduces, in the file's order."""
+    """The built rows with a paper number in some column that this setting reproduces (any row of the table in a
+    column the paper only plots), in the file's order."""
     wanted = {row for c in plan.columns if c.setting == setting
-              for row in c.table.paper if c.table.numbers(row)[c.index].value is not None}
+              for row in c.table.paper if c.column.figure or c.table.numbers(row)[c.index].value is not None}
     return [r for r in spec.rows if r in wanted and spec.rows[r].method in built]
 
 

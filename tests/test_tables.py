@@ -50,6 +50,7 @@ PAPER_SHAPES = {
     ("feddebias", "table11"): (9, 6),
     ("fednh", "table1"): (10, 18), ("fednh", "table2"): (9, 3),
     ("fedsa", "table1"): (8, 6), ("fedsa", "table2"): (8, 4), ("fedsa", "table3"): (8, 3),
+    ("bucketing", "table1"): (10, 2), ("bucketing", "table2"): (10, 2), ("bucketing", "attacks"): (8, 5),
 }
 
 
@@ -327,6 +328,20 @@ def test_the_report_by_hand():
     assert "| C | `no_such_method_yet` | the method's defaults | later | not built |" in text
     assert "- `s`: digits, model `mlp`, 4 clients (fraction 1 a round), 2 rounds" in text
     assert "mooring table tiny.yaml" in text
+
+
+def test_a_column_the_paper_only_plots_runs_every_row_it_lists():
+    raw = tiny_spec()
+    raw["settings"]["f"] = {"data.partition.alpha": 0.1}
+    raw["tables"].append({"id": "fig", "title": "a figure", "columns": [{"name": "acc", "setting": "f"}],
+                          "paper": {"a": ["–"], "b": ["–"]}})
+    spec = TableFile(**raw)
+    runs = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml"), {"fedavg", "fedprox"}, [], "t")
+    assert {r.setting: list(r.variants) for r in runs}["f"] == []  # dashes alone: nothing to compare, no run
+    raw["tables"][1]["columns"][0]["figure"] = "Figure 3"
+    spec = TableFile(**raw)
+    runs = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml"), {"fedavg", "fedprox"}, [], "t")
+    assert {r.setting: list(r.variants) for r in runs} == {"s": ["a", "b"], "f": ["a", "b"]}
 
 
 def test_a_rows_overrides_in_their_order_the_command_line_last():

@@ -35,11 +35,9 @@ from pipelines.table_tuning import (
 )
 from pipelines.tables import built_methods, plan_settings, runs_left, table_cells, table_seconds
 from tasks.data import mnist_install
+from tests.test_tables import ROOT, TABLE_FILES
 
-ROOT = Path(__file__).resolve().parents[1]
-TABLE_FILES = sorted(p for p in (ROOT / "configs" / "tables").glob("*.yaml") if not p.name.endswith(".tuned.yaml"))
-
-# Each paper's own federation, as /work/shared/specs (docs/methods/<paper>.md) gives it: clients, share a round,
+# Each paper's own federation, as docs/methods/<paper>.md gives it: clients, share a round,
 # local epochs (or steps), batch, learning rate; FedSA's by setting (cross-silo, cross-device, Table 3's E).
 FEDERATION = {
     "fedfm": {"": (10, 1.0, ("epochs", 10), 64, 0.01)},                     # Sec. VII-A

@@ -358,7 +358,7 @@ def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_
 
 # ------------------------------------------------------------------------------------------ FedSA's HtFE groups
 FEDSA = ROOT / "configs" / "tables" / "fedsa.yaml"
-# the paper's Table 2, its HtFE2 and HtFE3 columns, as the spec (docs/methods/fedsa.md §7) copies them
+# the paper's Table 2, its HtFE2 and HtFE3 columns, as the paper prints them
 FEDSA_HTFE2_HTFE3 = {
     "lg_fedavg": ["41.22±0.13", "40.59±0.42"], "fedgen": ["40.05±0.18", "38.47±0.29"],
     "fml": ["40.62±0.06", "40.19±0.09"], "fedkd": ["42.19±0.09", "40.53±0.07"],

@@ -774,22 +774,15 @@ class ExperimentConfig(Strict):
 
     @model_validator(mode="after")
     def method_settings_fit(self) -> ExperimentConfig:
-        """The optimizer, averaging, server optimiser and calibration the named method can take."""
+        """The optimizer, averaging, server optimiser and calibration the named method can take, then the aggregator
+        and the attack it, the participation and the privacy block can take."""
         from orchestrator.experiment.method_settings import method_settings_refusal
+        from orchestrator.experiment.robust_settings import robustness_refusal
 
-        key, value, problem = method_settings_refusal(self)
-        if problem:
-            raise NestedFieldError(key, value, problem)
-        return self
-
-    @model_validator(mode="after")
-    def robustness_fits(self) -> ExperimentConfig:
-        """The aggregator and the attack the named method, the participation and the privacy block can take."""
-        from orchestrator.server.robust_round import robustness_refusal
-
-        key, value, problem = robustness_refusal(self)
-        if problem:
-            raise NestedFieldError(key, value, problem)
+        for refusal in (method_settings_refusal, robustness_refusal):
+            key, value, problem = refusal(self)
+            if problem:
+                raise NestedFieldError(key, value, problem)
         return self
 
     @model_validator(mode="after")

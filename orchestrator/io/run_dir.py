@@ -15,6 +15,7 @@ from orchestrator.driver.run_errors import RunError
 from orchestrator.experiment.config import ConfigError, ExperimentConfig, build_config
 from orchestrator.io import checkpoint as ckpt
 from orchestrator.io import storage
+from orchestrator.io.output_lock import unwritable
 from tasks.json_data import JsonProblem, parse_json
 
 
@@ -65,13 +66,8 @@ def check_output_dirs(cfg: ExperimentConfig) -> None:
     for key, value in (("checkpoint.dir", cfg.checkpoint.dir), ("data.partitions_dir", cfg.data.partitions_dir)):
         if "://" in value:
             continue
-        existing = Path(value).absolute()
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            raise ConfigError(f"{key} = {value!r}: {existing} is a file, not a directory")
-        if (e := storage.can_write_in(existing)) is not None:
-            raise ConfigError(f"{key} = {value!r}: cannot write in {existing} ({e.strerror or e})")
+        if (problem := unwritable(Path(value).absolute())) is not None:
+            raise ConfigError(f"{key} = {value!r}: {problem}")
 
 
 def code_version() -> str:

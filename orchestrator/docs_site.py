@@ -2,13 +2,20 @@
 the reference from the code as it is then, so a new command, option, config key, method page or table needs no
 edit here. Every `mooring` command and option comes from the argparse parser (orchestrator/cli.py), every config
 key with its type, default and description from the pydantic schema (orchestrator/experiment/config.py), the algorithm
-interface from the docstrings of tasks/algorithms/base.py; the navigation lists every page found under
-docs/methods/ and docs/tables/. The pages live in the build only: nothing is written into docs/."""
+interface from the docstrings of tasks/algorithms/base.py, the methods' index from the method registry and the
+tables' configs (orchestrator/docs/methods_index.py), the tutorial's page from the notebook executed on a tiny
+federation (orchestrator/docs/notebook.py, whose comparison the home page shows); KaTeX, installed by `make
+install` (orchestrator/docs/katex.py), is copied into the site. The navigation lists every page found under docs/.
+The pages live in the build only: nothing is written into docs/."""
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,11 +25,16 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-# The navigation: these pages first and last; every other page of docs/ is placed where it is found (a page at the
-# top under Topics, a folder as a section of its own, these folders first), so a new page needs no edit here.
+# The navigation's tabs. A page of a folder is placed in its folder's tab; a page at the top of docs/ in the tab
+# named here, else under How-to's Topics, so a new page needs no edit here.
 NAV_FIRST = ["index.md", "getting-started.md"]
-NAV_LAST = ["claims.md"]
-FOLDERS_FIRST = ["tutorials", "how-to", "methods", "tables"]
+PLACED = {"claims.md": "Tables", "python-api.md": "Reference", "design.md": "Design", "method-contract.md": "Design"}
+FOLDER_TABS = {"tutorials": "Tutorials", "how-to": "How-to", "methods": "Methods", "tables": "Tables"}
+TABS = ["Getting started", "Tutorials", "How-to", "Methods", "Tables", "Reference", "Design"]
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_PAGE = "tutorials/notebook.md"  # generated from docs/tutorials/notebook.ipynb
+METHODS_INDEX = "methods/index.md"  # generated
+KATEX_DIR = "assets/katex"  # where the built site holds KaTeX
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -200,14 +212,17 @@ def algorithm_reference() -> str:
     for module in (base, types, seeds):
         if module is not base:
             lines += [f"## From `{module.__name__}`", "", indent_block(inspect.getdoc(module) or ""), ""]
-        lines += interface_entries(module)
+        lines += interface_entries(module, vars(base))  # of the shared modules, what base re-exports
     return "\n".join(lines)
 
 
-def interface_entries(module) -> list[str]:
-    """Each public class (with its methods) and function `module` defines, with its signature and docstring."""
+def interface_entries(module, exported: dict[str, Any]) -> list[str]:
+    """Each public class (with its methods) and function `module` defines and `exported` holds, with its
+    signature and docstring (a helper the module keeps for itself is not part of the interface)."""
     lines: list[str] = []
     for name, obj in defined_in(module):
+        if exported.get(name) is not obj:
+            continue
         kind = "class" if inspect.isclass(obj) else "def"
         lines += [f"## {name}", "", "```python", f"{kind} {name}{signature(obj)}", "```", "",
                   escape(written_doc(obj)), ""]
@@ -280,32 +295,92 @@ def first_line(doc: str | None) -> str:
     return (doc or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
-# the generated pages: path in the site → the function that writes its markdown
-REFERENCE = {"reference/cli.md": cli_reference, "reference/config.md": config_reference,
-             "reference/algorithm.md": algorithm_reference}
+# the generated reference: path in the site → its navigation label and the function that writes its markdown
+REFERENCE = {"reference/cli.md": ("Command line", cli_reference),
+             "reference/config.md": ("Configuration", config_reference),
+             "reference/algorithm.md": ("Algorithm interface", algorithm_reference)}
 
 
 # ------------------------------------------------------------------------------------------ MkDocs hooks
 def site_nav(docs_dir: Path) -> list[Any]:
-    """Home and getting started, the topic pages, a section per folder, the claims, the generated reference; a
-    page is titled by its first heading."""
+    """The tabs of TABS, each page under a short label: the getting-started pages, the tutorial (generated) and
+    any other tutorial, the how-to guides then the topic pages, the methods' index (generated) and the methods,
+    the tables, the generated reference, the design."""
     top = sorted(page.name for page in docs_dir.glob("*.md"))
-    topics = [page for page in top if page not in NAV_FIRST + NAV_LAST]
-    folders = sorted((d.name for d in docs_dir.iterdir() if d.is_dir() and any(d.glob("*.md"))),
-                     key=lambda name: (FOLDERS_FIRST.index(name) if name in FOLDERS_FIRST else len(FOLDERS_FIRST),
-                                       name))
-    nav: list[Any] = [page for page in NAV_FIRST if page in top]
-    nav.append({"Topics": topics})
-    nav += [{folder.replace("-", " ").capitalize(): [f"{folder}/{page.name}"
-                                                     for page in sorted((docs_dir / folder).glob("*.md"))]}
-            for folder in folders]
-    nav += [page for page in NAV_LAST if page in top]
-    nav.append({"Reference": list(REFERENCE)})
-    return nav
+    tabs: dict[str, list[Any]] = {tab: [] for tab in TABS}
+    tabs["Getting started"] = [page for page in NAV_FIRST if page in top]
+    tabs["Tutorials"].append(NOTEBOOK_PAGE)
+    tabs["Methods"].append(METHODS_INDEX)
+    tabs["Tables"] += [f"tables/{name}" for name in ("README.md",) if (docs_dir / "tables" / name).is_file()]
+    for page in top:
+        if page not in NAV_FIRST and PLACED.get(page) == "Tables":
+            tabs["Tables"].append(page)
+    for folder, tab in FOLDER_TABS.items():
+        tabs[tab] += [f"{folder}/{page.name}" for page in sorted((docs_dir / folder).glob("*.md"))
+                      if f"{folder}/{page.name}" not in tabs[tab]]
+    topics = [page for page in top if page not in NAV_FIRST and page not in PLACED]
+    if topics:
+        tabs["How-to"].append({"Topics": topics})
+    tabs["Reference"] += list(REFERENCE)
+    for tab in ("Reference", "Design"):
+        tabs[tab] += [page for page in top if PLACED.get(page) == tab]
+    return [{tab: [labelled(docs_dir, entry) for entry in pages]} for tab, pages in tabs.items() if pages]
+
+
+def labelled(docs_dir: Path, entry: Any) -> Any:
+    """A page as {label: path}, the label from page_label; a section's pages labelled the same way."""
+    if isinstance(entry, dict):
+        return {name: [labelled(docs_dir, page) for page in pages] for name, pages in entry.items()}
+    return {page_label(docs_dir, entry): entry}
+
+
+# a heading's short form: up to its first colon, semicolon or parenthesis ("FedAvg (`fedavg`), ..." → "FedAvg")
+HEADING_CUT = re.compile(r":|;| \(")
+
+
+def page_label(docs_dir: Path, page: str) -> str:
+    """A page's navigation label: its front matter's `title`, else its first heading up to the first colon,
+    semicolon or parenthesis; a table of another budget (`fedfa.short.md`) says its budget; a folder's README
+    is its Overview; the generated pages have their own."""
+    generated = {NOTEBOOK_PAGE: notebook_title(docs_dir), METHODS_INDEX: "Overview",
+                 **{path: title for path, (title, _) in REFERENCE.items()}}
+    if page in generated:
+        return generated[page]
+    if Path(page).name == "README.md":
+        return "Overview"
+    from mkdocs.utils.meta import get_data
+
+    text, meta = get_data((docs_dir / page).read_text(encoding="utf-8"))
+    if meta.get("title"):
+        return str(meta["title"])
+    heading = next((line[2:] for line in text.splitlines() if line.startswith("# ")), Path(page).stem)
+    label = HEADING_CUT.split(heading, maxsplit=1)[0].strip()
+    budget = Path(page).stem.partition(".")[2]
+    return f"{label}, {budget} budget" if budget else label
+
+
+def notebook_title(docs_dir: Path) -> str:
+    """The tutorial notebook's title (its metadata's `title`, as nbconvert reads it)."""
+    import json
+
+    notebook = json.loads(notebook_path(docs_dir).read_text(encoding="utf-8"))
+    return notebook.get("metadata", {}).get("title", "Tutorial")
+
+
+def notebook_path(docs_dir: Path) -> Path:
+    return docs_dir / Path(NOTEBOOK_PAGE).with_suffix(".ipynb")
 
 
 def on_config(config, **_):
-    """The navigation, from the pages found now (a new method page or table appears without an edit)."""
+    """The navigation, from the pages found now (a new method page or table appears without an edit); KaTeX
+    must be installed, the site typesets its formulas with it."""
+    from mkdocs.exceptions import PluginError
+
+    from orchestrator.docs import katex
+
+    if not katex.installed(katex.installed_dir()):
+        raise PluginError(f"KaTeX is not installed in {katex.installed_dir()}: `make install` (or `python -m "
+                          "orchestrator.docs.katex`) fetches it")
     config["nav"] = site_nav(Path(config["docs_dir"]))
     return config
 
@@ -316,7 +391,8 @@ LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(([^)\s#]+)(#[^)\s]*)?\)")
 
 def on_page_markdown(markdown, page, config, **_):
     """A link to a file of the repository outside docs/ (the README, a source file) works on GitHub, not on the
-    site: there it becomes the file's path, as code. A link to nothing stays, for strict mode to refuse."""
+    site: there it becomes the file's path, as code. A link to nothing stays, for strict mode to refuse. The home
+    page's COMPARISON marker becomes the tutorial's comparison, as the build ran it."""
     docs_dir = Path(config["docs_dir"]).resolve()
     root, here = docs_dir.parent, (docs_dir / page.file.src_path).parent
 
@@ -329,13 +405,57 @@ def on_page_markdown(markdown, page, config, **_):
             return link[0]
         return f"{text} (`{path.relative_to(root)}`)"
 
-    return LINK.sub(outside, markdown)
+    markdown = LINK.sub(outside, markdown)
+    return markdown.replace(COMPARISON, BUILT.get("comparison", "")) if COMPARISON in markdown else markdown
+
+
+# where the home page shows the tutorial's comparison (its table and plot), and what the build made of it
+COMPARISON = "<!-- the tutorial's comparison -->"
+BUILT: dict[str, str] = {}
 
 
 def on_files(files, config, **_):
-    """The reference pages, generated into the build (File.generated keeps them out of docs/)."""
+    """The generated pages (the reference, the methods' index, the executed tutorial with its figures) and KaTeX,
+    added to the build (File.generated keeps them out of docs/)."""
     from mkdocs.structure.files import File
 
-    for path, write in REFERENCE.items():
+    from orchestrator.docs import katex
+    from orchestrator.docs.methods_index import methods_index
+
+    docs_dir = Path(config["docs_dir"])
+    for path, (_, write) in REFERENCE.items():
         files.append(File.generated(config, path, content=write()))
+    labels = {f"{folder}/{page.name}": page_label(docs_dir, f"{folder}/{page.name}")
+              for folder in ("methods", "tables") for page in (docs_dir / folder).glob("*.md")}
+    files.append(File.generated(config, METHODS_INDEX, content=methods_index(docs_dir, ROOT / "configs" / "tables",
+                                                                             labels)))
+    for path, content in executed_notebook(notebook_path(docs_dir)).items():
+        files.append(File.generated(config, path, content=content))
+    for path in sorted(katex.installed_dir().rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(katex.installed_dir()).as_posix()
+            files.append(File.generated(config, f"{KATEX_DIR}/{relative}", abs_src_path=str(path)))
     return files
+
+
+def executed_notebook(notebook: Path) -> dict[str, str | bytes]:
+    """{path in the site: content} of the tutorial's page and figures, from the notebook executed in a process
+    of its own in a temporary directory (its runs, MLflow store and results stay there); the home page's
+    comparison kept in BUILT."""
+    from mkdocs.exceptions import PluginError
+
+    folder = Path(NOTEBOOK_PAGE).parent.as_posix()
+    with tempfile.TemporaryDirectory(prefix="mooring-notebook-") as tmp:
+        out = Path(tmp) / "out"
+        env = {**os.environ, "MPLBACKEND": "Agg",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run([sys.executable, "-m", "orchestrator.docs.notebook", str(notebook), str(out)],
+                              cwd=tmp, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise PluginError(f"the tutorial notebook {notebook} failed when executed for the site: {last}")
+        made = {f"{folder}/{path.name}": path.read_bytes() for path in out.glob("*.png")}
+        made[NOTEBOOK_PAGE] = (out / Path(NOTEBOOK_PAGE).name).read_text(encoding="utf-8")
+        BUILT["comparison"] = ((out / "comparison.md").read_text(encoding="utf-8") +
+                               f"\n![The accuracy by round of each method]({folder}/comparison.png)\n")
+    return made

@@ -134,6 +134,8 @@ class Algorithm:
     not_vectorized: ClassVar[str] = ""
     # a variant kept for one paper's protocol (another evaluation, a sync period), left out of `--algorithms all`
     protocol_variant: ClassVar[bool] = False
+    # what a client sends the server in a round, in words (the methods' index on the documentation site shows it)
+    shares: ClassVar[str] = "the model"
     # a method whose update formula assumes plain SGD (SCAFFOLD's option II, FedNova) says here, in one line, what it
     # does under SGD momentum (its documented adjustment); Adam is then refused (tasks/algorithms/local_sgd.py)
     plain_sgd: ClassVar[str] = ""

@@ -111,6 +111,7 @@ def retrain_classifier(features: torch.Tensor, per_class: int, head_like: dict[s
 @register
 class CReFF(PersonalizedModel, Algorithm):
     name = "creff"
+    shares = "the model and per-class gradients of the classifier on real features"
     Params = CReFFParams
     keeps_client_state = True  # only its latest local model, under personal_model: latest
 

@@ -71,6 +71,7 @@ def split_update(tensors: dict[str, torch.Tensor]) -> tuple[dict, dict]:
 @register
 class DANN(Algorithm):
     name = "dann"
+    shares = "the model with its domain discriminator"
     Params = DANNParams
     keeps_client_state = False
     not_vectorized = ("it trains a discriminator beside the model, a second module whose parameters the "

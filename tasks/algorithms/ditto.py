@@ -74,6 +74,7 @@ def without_prefix(prefix: str, state) -> dict:
 @register
 class Ditto(PersonalizedModel, Algorithm):
     name = "ditto"
+    shares = "the global model (the personal model stays on the client)"
     Params = DittoParams
     keeps_client_state = True
 

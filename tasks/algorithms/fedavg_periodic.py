@@ -73,6 +73,7 @@ class PeriodicParams(HyperParams):
 @register
 class FedAvgPeriodic(PeriodicModelSync, Algorithm):
     name = "fedavg_periodic"
+    shares = "the model every few rounds"
     protocol_variant = True
     Params = PeriodicParams
 

@@ -23,6 +23,7 @@ class FedBABUParams(PersonalEvalParams):
 @register
 class FedBABU(InitialHead, PersonalizedModel, Algorithm):
     name = "fedbabu"
+    shares = "the body (the head stays as initialised)"
     Params = FedBABUParams
     keeps_client_state = False
 

@@ -27,6 +27,7 @@ def batchnorm_keys(model: nn.Module) -> frozenset[str]:
 @register
 class FedBN(Algorithm):
     name = "fedbn"
+    shares = "the model without its batch-norm layers"
     personalized = True
     has_global_model = False
     follows_averaging = True

@@ -213,6 +213,7 @@ def min_loss(model: nn.Module, projector: nn.Module | None, z_p: torch.Tensor | 
 @register
 class FedDebias(Algorithm):
     name = "feddebias"
+    shares = "the model and pseudo-data"
     Params = FedDebiasParams
     not_vectorized = ("its max step (the projector θ, with its own optimizer) must update θ between the forward "
                       "pass and the min-step loss of every iteration: two parameter groups stepped in sequence")

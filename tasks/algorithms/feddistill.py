@@ -52,6 +52,7 @@ def distillation_loss(logits: torch.Tensor, y: torch.Tensor, global_logits: torc
 @register
 class FedDistill(PrivateModels):
     name = "feddistill"
+    shares = "per-class mean logits"
     Params = FedDistillParams
     not_vectorized = ("its upload is the per-class mean of the logits met in training, and the vectorized engine "
                       "records features only")

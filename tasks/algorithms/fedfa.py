@@ -205,6 +205,7 @@ class StackedCalibration:
 @register
 class FedFA(Algorithm):
     name = "fedfa"
+    shares = "the model and per-class feature statistics (anchors)"
     keeps_client_state = False
     Params = FedFAParams
 

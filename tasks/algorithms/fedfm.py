@@ -103,6 +103,7 @@ def updated_anchors(stats: list[State], previous: torch.Tensor) -> torch.Tensor:
 @register
 class FedFM(Algorithm):
     name = "fedfm"
+    shares = "the model and per-class feature anchors"
     keeps_client_state = False
     Params = FedFMParams
     # FedFM: anchors from the broadcast model, before training (pre-round exchange); Lite: from the trained
@@ -172,6 +173,7 @@ class FedFM(Algorithm):
 @register
 class FedFMLite(PeriodicModelSync, FedFM):
     name = "fedfm_lite"
+    shares = "per-class feature anchors; the model every few rounds"
     Params = FedFMLiteParams
     # anchors from the trained local model, uploaded with the update: no exchange before the round
     client_pre_round = Algorithm.client_pre_round

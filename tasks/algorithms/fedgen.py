@@ -79,6 +79,7 @@ def ensemble_logits(updates: list[ClientUpdate], z: torch.Tensor) -> torch.Tenso
 @register
 class FedGen(LGFedAvg):
     name = "fedgen"
+    shares = "the head and label counts (the server trains a generator)"
     Params = FedGenParams
     not_vectorized = "each step draws generated features (labels and noise), which a per-round loss input cannot hold"
 

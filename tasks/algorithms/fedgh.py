@@ -69,6 +69,7 @@ def train_head(head: State, protos: torch.Tensor, labels: torch.Tensor, lr: floa
 @register
 class FedGH(SharedHead):
     name = "fedgh"
+    shares = "per-class feature prototypes (the server trains a global head)"
     Params = FedGHParams
 
     def aggregate(self, state, updates: list[ClientUpdate], round_idx: int):

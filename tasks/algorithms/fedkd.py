@@ -85,6 +85,7 @@ def recover(compressed: dict[str, torch.Tensor | Factors]) -> State:
 @register
 class FedKD(SharedModel):
     name = "fedkd"
+    shares = "a small shared mentee model"
     Params = FedKDParams
 
     def energy(self, round_idx: int) -> float:

@@ -66,6 +66,7 @@ def fedmix_loss(model, x: torch.Tensor, y: torch.Tensor, mean_x: torch.Tensor, m
 @register
 class FedMix(Algorithm):
     name = "fedmix"
+    shares = "the model and mean data batches"
     Params = FedMixParams
     keeps_client_state = False
     not_vectorized = ("its loss differentiates the model's output with respect to the input inside every step "

@@ -121,6 +121,7 @@ class LatestLocalModelEvaluation:
 @register
 class FedNH(PersonalizedModel, Algorithm):
     name = "fednh"
+    shares = "the body and per-class prototypes"
     keeps_client_state = True
     Params = FedNHParams
 
@@ -173,6 +174,7 @@ class FedAvgPM(PersonalizedModel, FedAvg):
     """FedAvg whose personalized model is a local update of the global model (docs/methods/fednh.md §5.1, §12.1)."""
 
     name = "fedavg_pm"
+    shares = "the model (evaluated as a personalized one)"
     protocol_variant = True
     keeps_client_state = True
     Params = PersonalEvalParams
@@ -187,4 +189,5 @@ class LocalPM(LatestLocalModelEvaluation, Local):
     """Local, reporting PM(L) and PM(V) as well (docs/methods/fednh.md §9)."""
 
     name = "local_pm"
+    shares = "nothing"
     protocol_variant = True

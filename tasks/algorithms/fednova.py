@@ -42,6 +42,7 @@ def normalized_average(start: dict, models: list[dict], steps: list[float], weig
 @register
 class FedNova(Algorithm):
     name = "fednova"
+    shares = "the model, normalised by its local steps"
     keeps_client_state = False
     follows_averaging = True
     plain_sgd = "each client's τ_i becomes ‖a_i‖₁, its momentum-weighted step count (docs/methods/fednova.md §3)"

@@ -50,3 +50,4 @@ class PersonalHeadMethod(InitialHead, PersonalizedModel, Algorithm):
 @register
 class FedPer(PersonalHeadMethod):
     name = "fedper"
+    shares = "the body (the head stays on the client)"

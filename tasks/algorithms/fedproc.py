@@ -47,6 +47,7 @@ def fedproc_loss(logits, y, h, prototypes, ce_share: float, tau: float, weight=N
 @register
 class FedProc(Algorithm):
     name = "fedproc"
+    shares = "the model and per-class prototypes"
     Params = FedProcParams
     keeps_client_state = False
     follows_averaging = True

@@ -100,6 +100,7 @@ def prototypes_after_training(model: FLModel, data: ClientData, ctx: RoundContex
 @register
 class FedProto(PrivateModels):
     name = "fedproto"
+    shares = "per-class prototypes"
     Params = FedProtoParams
     headline = "proto"  # the code's rule
 

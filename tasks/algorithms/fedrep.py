@@ -23,6 +23,7 @@ class FedRepParams(PersonalEvalParams):
 @register
 class FedRep(PersonalHeadMethod):
     name = "fedrep"
+    shares = "the body (the head stays on the client)"
     Params = FedRepParams
 
     def local_objective(self, payload, data, client_state, ctx):

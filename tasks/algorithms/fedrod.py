@@ -94,6 +94,7 @@ def split(state) -> tuple[dict, dict]:
 @register
 class FedRoD(PersonalizedModel, Algorithm):
     name = "fedrod"
+    shares = "the body and the generic head (the personal head stays)"
     Params = FedRoDParams
     keeps_client_state = True
 

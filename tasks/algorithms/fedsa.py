@@ -106,6 +106,7 @@ def client_margin(anchors: torch.Tensor, local_margin: float) -> float:
 @register
 class FedSA(FedProto):
     name = "fedsa"
+    shares = "per-class prototypes"
     Params = FedSAParams
 
     # ------------------------------------------------------------------ server half

@@ -93,6 +93,7 @@ def train_prototypes(tgp: TrainableGlobalPrototypes, protos: torch.Tensor, label
 @register
 class FedTGP(FedProto):
     name = "fedtgp"
+    shares = "per-class prototypes"
     Params = FedTGPParams
 
     # ------------------------------------------------------------------ server half

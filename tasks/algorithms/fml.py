@@ -103,6 +103,7 @@ class SharedModel(PrivateModels):
 @register
 class FML(SharedModel):
     name = "fml"
+    shares = "a small shared model"
     Params = FMLParams
 
     # ------------------------------------------------------------------ server half

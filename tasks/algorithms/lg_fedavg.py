@@ -46,6 +46,7 @@ class SharedHead(PrivateModels):
 @register
 class LGFedAvg(SharedHead):
     name = "lg_fedavg"
+    shares = "the head (the body stays on the client)"
 
     def aggregate(self, state, updates: list[ClientUpdate], round_idx: int):
         if not updates:

@@ -20,6 +20,7 @@ from tasks.algorithms.registry import register
 @register
 class Local(Algorithm):
     name = "local"
+    shares = "nothing"
     personalized = True
     has_global_model = False
 

@@ -71,6 +71,7 @@ def qffl_step(start: dict[str, torch.Tensor], models: list[dict[str, torch.Tenso
 @register
 class QFFL(Algorithm):
     name = "qffl"
+    shares = "the model and its loss"
     keeps_client_state = False
     Params = QFFLParams
 

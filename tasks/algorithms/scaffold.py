@@ -57,6 +57,7 @@ def option_two(client_c: dict, server_c: dict, start: dict, trained: dict, lr: f
 @register
 class Scaffold(Algorithm):
     name = "scaffold"
+    shares = "the model and its control-variate change"
     Params = ScaffoldParams
     follows_averaging = True
     plain_sgd = ("option II divides x − y_i by η·‖a‖₁, the momentum-weighted step count, instead of K·η "

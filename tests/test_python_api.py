@@ -12,6 +12,7 @@ import pytest
 
 import mooring
 from mooring.results import history_frame
+from orchestrator.docs.notebook import execute, read_cells
 from orchestrator.experiment.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,20 +138,7 @@ def test_a_run_s_history_is_the_command_line_s_for_the_same_config_and_seed(ray_
 # ------------------------------------------------------------------------------------------ the notebook
 def code_cells(path: Path) -> list[tuple[list[str], str]]:
     """(tags, source) of each code cell, in order."""
-    notebook = json.loads(path.read_text(encoding="utf-8"))
-    return [(cell.get("metadata", {}).get("tags", []), "".join(cell["source"]))
-            for cell in notebook["cells"] if cell["cell_type"] == "code"]
-
-
-def execute_notebook(path: Path, parameters: str) -> dict:
-    """Every code cell in order in one namespace, as a kernel would run them (a cell that raises fails the
-    test), with `parameters` run right after the cell tagged `parameters` (as papermill injects them)."""
-    namespace: dict = {"__name__": "__main__"}
-    for index, (tags, source) in enumerate(code_cells(path)):
-        exec(compile(source, f"{path.name}, code cell {index + 1}", "exec"), namespace)  # noqa: S102
-        if "parameters" in tags:
-            exec(compile(parameters, f"{path.name}, injected parameters", "exec"), namespace)  # noqa: S102
-    return namespace
+    return [(cell.tags, cell.source) for cell in read_cells(path) if cell.kind == "code"]
 
 
 def test_the_notebook_is_plain_python_with_one_parameters_cell():
@@ -160,11 +148,11 @@ def test_the_notebook_is_plain_python_with_one_parameters_cell():
 
 
 @pytest.mark.ray
-def test_the_tutorial_notebook_runs_and_its_results_are_read(ray_session, workdir, tmp_path, monkeypatch, capsys):
+def test_the_tutorial_notebook_runs_and_its_results_are_read(ray_session, workdir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever the notebook writes where it runs lands here
     settings = TINY | dict(o.split("=", 1) for o in workdir)
-    ns = execute_notebook(NOTEBOOK, f"CONFIG = {CONFIG!r}\nSETTINGS = {settings!r}\nSEEDS = [0]\n"
-                                    f"OUT = {str(tmp_path / 'out')!r}\n")
+    cells, ns = execute(NOTEBOOK, f"CONFIG = {CONFIG!r}\nSETTINGS = {settings!r}\nSEEDS = [0]\n"
+                                  f"OUT = {str(tmp_path / 'out')!r}\n")
     run, comp = ns["run"], ns["comp"]
     assert run.history.shape[0] == 2 and run.summary["algorithm"] == "fedprox"
     assert list(comp.table.index) == ["fedavg", "fedprox"] and set(comp.table["seeds"]) == {1}
@@ -175,7 +163,9 @@ def test_the_tutorial_notebook_runs_and_its_results_are_read(ray_session, workdi
     pd.testing.assert_series_equal(fedprox["accuracy"], run.history["accuracy"])
     assert list(ns["accuracy"].columns) == ["fedavg", "fedprox"] and ns["accuracy"].shape == (2, 2)
     assert (tmp_path / "out" / "report.html").is_file()
-    assert "unknown algorithm" in capsys.readouterr().out  # the last cell printed the one-line error
+    code = [cell for cell in cells if cell.kind == "code"]
+    assert "unknown algorithm" in code[-1].printed  # the last cell printed the one-line error
+    assert code[2].value is run and list(code[3].value.columns) == ["clients", "train_loss", "accuracy", "bytes_total"]
 
 
 def test_seeds_default_to_the_config_s_and_numpy_integers_are_integers():

@@ -18,9 +18,8 @@ from tests.test_ui import free_port, wait_for_page
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
                                 reason="no headless browser: Debian's chromium and chromium-driver are not installed")
-@pytest.fixture
-def browser(tmp_path):
-    """A headless Chromium with a new, empty profile: a browser that has never opened MLflow."""
+def headless_chromium(profile: Path):
+    """A headless Chromium with a new, empty profile in `profile`, driven by Selenium."""
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium must not look for drivers on the network
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -28,10 +27,17 @@ def browser(tmp_path):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1600,1000", f"--user-data-dir={tmp_path / 'profile'}"):
+                "--window-size=1600,1000", f"--user-data-dir={profile}"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(120)
+    return driver
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A browser that has never opened MLflow."""
+    driver = headless_chromium(tmp_path / "profile")
     yield driver
     driver.quit()
 

@@ -300,6 +300,9 @@ REFERENCE = {"reference/cli.md": ("Command line", cli_reference),
              "reference/config.md": ("Configuration", config_reference),
              "reference/algorithm.md": ("Algorithm interface", algorithm_reference)}
 
+# every page the build generates (for a check of links that reads docs/ alone: tests/test_cli_docs.py)
+GENERATED = [*REFERENCE, METHODS_INDEX, NOTEBOOK_PAGE]
+
 
 # ------------------------------------------------------------------------------------------ MkDocs hooks
 def site_nav(docs_dir: Path) -> list[Any]:

@@ -11,7 +11,7 @@ import yaml
 
 from orchestrator.cli import build_parser
 from orchestrator.commands.config import resolved_yaml
-from orchestrator.docs_site import REFERENCE
+from orchestrator.docs_site import GENERATED
 from orchestrator.experiment.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +33,8 @@ def heading_anchors(markdown: Path) -> set[str]:
 
 def dead_links(markdown: Path) -> list[str]:
     """The relative links of a page to no file, or to a heading its target page lacks (own anchors included); the
-    reference pages the site generates (docs_site.REFERENCE) count as files: tests/test_docs_site.py builds them."""
-    generated = {(ROOT / "docs" / page).resolve() for page in REFERENCE}
+    pages the site generates (docs_site.GENERATED) count as files: tests/test_docs_site.py builds them."""
+    generated = {(ROOT / "docs" / page).resolve() for page in GENERATED}
     dead = []
     for target in LINK.findall(markdown.read_text()):
         if "://" in target or target.startswith("mailto:"):

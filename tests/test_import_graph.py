@@ -11,8 +11,9 @@ The layering rule, lowest first (docs/design.md, "Layout"):
   imports `tasks/` and itself, never `pipelines/`, `mooring/` or the entry layer;
 - `pipelines/` (compositions of runs) imports `orchestrator/` and `tasks/`, never `mooring/` (a pipeline that is
   also a command takes the CLI's argument helpers, `orchestrator/commands/common.py`, and its exit codes);
-- the entry layer, `orchestrator/cli.py`, `orchestrator/commands/` and `orchestrator/docs_site.py` (the MkDocs
-  hook that reads the parser), stands above the runtime and `pipelines/`, and may import both;
+- the entry layer, `orchestrator/cli.py`, `orchestrator/commands/`, `orchestrator/docs_site.py` (the MkDocs
+  hook that reads the parser) and `orchestrator/docs/` (what the hook builds), stands above the runtime and
+  `pipelines/`, and may import both;
 - `mooring/` (the Python API) may import all of them.
 
 And no module reaches a module that reaches it back (no circle), within a layer or across layers.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tasks", "orchestrator", "pipelines", "mooring")
-ENTRY_LAYER = ("orchestrator.cli", "orchestrator.commands", "orchestrator.docs_site")
+ENTRY_LAYER = ("orchestrator.cli", "orchestrator.commands", "orchestrator.docs_site", "orchestrator.docs")
 # Which top-level packages each may import besides itself.
 MAY_IMPORT = {
     "tasks": set(),

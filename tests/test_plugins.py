@@ -229,6 +229,40 @@ def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_
                                 "so it would be dropped; declare keeps_client_state = True to keep it"), engine
 
 
+def test_a_method_that_only_adds_a_metric_keeps_no_client_state_and_its_metric_reaches_the_server(lab):
+    """`client_metrics` sends a metric up beside the loss without the client state `client_result` implies: the
+    clients are balanced over actors like FedAvg's, and the metric reaches `round_metrics` on both engines."""
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
+    from tasks.algorithms import ALGORITHMS
+
+    (lab / "my_lab" / "metered.py").write_text(textwrap.dedent("""
+        from my_lab.method import MyProx
+
+
+        class Metered(MyProx):
+            name = "metered"
+
+            def client_metrics(self, trained, train_loss, payload, data, client_state, ctx):
+                return {"samples_seen": float(data.num_samples)}
+
+            def round_metrics(self, state, updates, round_idx):
+                return {"samples_seen": sum(u.metrics["samples_seen"] for u in updates)}
+    """))
+    (lab / "metered.yaml").write_text(yaml.safe_dump(lab_config(lab, "my_lab.metered:Metered")))
+    for engine in ("sequential", "vectorized"):
+        with working_directory(lab):
+            cfg = load_config("metered.yaml", [f"train.engine={engine}", "train.rounds=2"])
+            assert not ALGORITHMS.get(cfg.algorithm.name).capabilities().keeps_client_state
+            data = prepare_data(cfg)
+            history = run_in_process(cfg, data)
+        from orchestrator.server.sampling import sample_clients
+
+        sizes = [data.client_data(c).num_samples for c in range(data.num_clients)]
+        sampled = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(2)]
+        assert [m["samples_seen"] for m in history] == [float(sum(sizes[c] for c in s)) for s in sampled], engine
+
+
 def pytest_in(directory: Path, *argv: str) -> str:
     """A fresh `python -m pytest` in `directory`, as a user runs a new method's tests from there; its summary."""
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *argv], cwd=directory,

@@ -281,6 +281,33 @@ def test_variant_labels_overrides_and_files_are_parsed(tmp_path):
     assert f"  {long}: algorithm.name={long}" in format_table(rows)
 
 
+def finished_rows(comp, variant: str, algorithm: str, accuracy: float | None) -> None:
+    comp.rows.append({"variant": variant, "algorithm": algorithm, "seed": 0, "final_global_accuracy": accuracy,
+                      "final_personalized_accuracy": 0.9, "bytes_sent": 1e6, "wall_seconds": 1.0})
+
+
+def test_the_table_shows_settings_beyond_a_method_s_name_and_marks_a_global_model_that_needs_a_word():
+    """A comparison of methods by name lists no settings under its table, a variant's own overrides are listed; the
+    global accuracy of FedPer and FedRep (the shared body under the initial head) is marked and said what it is."""
+    from pipelines.comparison import Comparison, format_table, summary_table
+
+    comp = Comparison(settings={"fedavg": {"algorithm.name": "fedavg"}, "fedrep": {"algorithm.name": "fedrep"},
+                                "local": {"algorithm.name": "local"},
+                                "prox_mu1": {"algorithm.name": "fedprox", "algorithm.fedprox.mu": 1.0}})
+    for variant, algorithm, accuracy in (("fedavg", "fedavg", 0.8), ("fedrep", "fedrep", 0.3), ("local", "local", None),
+                                         ("prox_mu1", "fedprox", 0.7)):
+        finished_rows(comp, variant, algorithm, accuracy)
+    lines = format_table(summary_table(comp)).splitlines()
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert "80.00 % " in rows["fedavg"] and "†" not in rows["fedavg"] and "†" not in rows["local"]
+    assert "30.00 % †" in rows["fedrep"]
+    settings = lines[lines.index("settings (over the base config):") + 1:]
+    assert settings[0] == "  prox_mu1: algorithm.name=fedprox, algorithm.fedprox.mu=1.0"
+    assert settings[1].startswith("global: the server's model")  # the legend: no other variant's settings
+    assert "† global model of fedrep: the shared body under the initial head, a head no client trained it with " \
+           "(docs/methods/fednh.md §5.1)" in lines
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--algorithms", "fedavg,feddebias", "--set", "train.engine=vectorized"],
      "error: variant feddebias: train.engine: vectorized cannot train feddebias"),

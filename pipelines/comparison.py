@@ -45,6 +45,7 @@ class Job:
     seed: int
     cfg: Any
     run_dir: str | None = None  # chosen when the run is submitted, so that a stopped run can be named
+    run_name: str | None = None  # its MLflow run's name (orchestrator/reporting/run_names.py)
 
 
 @dataclass
@@ -198,10 +199,13 @@ def summary_table(comp: Comparison, columns: list[str] | None = None) -> list[di
 
 
 def settings_text(overrides: dict[str, Any], variant: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in own_settings(overrides, variant).items())
+
+
+def own_settings(overrides: dict[str, Any], variant: str) -> dict[str, Any]:
     """A variant's overrides of the base config, less its method's name where the variant is called by it (a
     comparison of methods by name has no settings to show)."""
-    shown = {k: v for k, v in overrides.items() if not (k == "algorithm.name" and method_label(str(v)) == variant)}
-    return ", ".join(f"{k}={v}" for k, v in shown.items())
+    return {k: v for k, v in overrides.items() if not (k == "algorithm.name" and method_label(str(v)) == variant)}
 
 
 def method_label(name: str) -> str:

@@ -33,7 +33,7 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     summary = report.Table("Summary", ["variant", "settings", "seeds", "global accuracy", "personalized accuracy",
                                        "MB sent", "seconds a run"] + (["simulated seconds", "to target"] if clock else [])
                            + columns,
-                           [[row["variant"], row.get("settings"), str(row["seeds"]), global_cell(row),
+                           [[row["variant"], row.get("settings") or None, str(row["seeds"]), global_cell(row),
                              format_accuracy(row["personalized_accuracy_mean"], row["personalized_accuracy_std"]),
                              mb(row["bytes_sent"]), None if row["wall_seconds"] is None else f"{row['wall_seconds']:.0f}"]
                             + (list(clock_cells(row)) if clock else [])

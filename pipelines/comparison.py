@@ -211,11 +211,11 @@ def own_settings(overrides: dict[str, Any], variant: str) -> dict[str, Any]:
 def method_label(name: str) -> str:
     """What a comparison calls the method `name`: a registered name as it is; a reference (module:Class) by its
     class's `label`, else its `name` (the class name where it sets none)."""
+    if ":" not in name:
+        return name
     from tasks.algorithms import ALGORITHMS
 
     method = ALGORITHMS.get(name)
-    if ":" not in name:
-        return name
     return method.label or method.name or method.__name__
 
 

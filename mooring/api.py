@@ -48,7 +48,7 @@ def compare(source: ConfigSource = None, methods: Methods | None = None, overrid
     config's own algorithm; `seeds` defaults to the config's seed. The tables, histories, plot and report.html
     are written to `out` too."""
     from mooring.settings import dotted_overrides
-    from pipelines.compare import check_parallel, refuse_shadowed
+    from pipelines.compare import check_parallel, named_variants, refuse_shadowed, variant_called
     from pipelines.compare import compare as compare_runs
 
     with one_line_errors():
@@ -57,20 +57,19 @@ def compare(source: ConfigSource = None, methods: Methods | None = None, overrid
         base = resolve(source, overrides, settings)
         refuse_shadowed(dotted_overrides(overrides, settings), {f"methods {label}": o for label, o in variants.items()},
                         "overrides")
-        variants = variants or {base.algorithm.name: {"algorithm.name": base.algorithm.name}}
+        variants = variants or named_variants([base.algorithm.name], "algorithm.name")
         seeds = _seeds(seeds, base.seed)
-        if baseline is not None and baseline not in variants:
-            raise ConfigError(f"baseline {baseline}: not a variant of this comparison; variants: {', '.join(variants)}")
+        baseline = variant_called(baseline, variants, "baseline")
         echo = (lambda s: print(s, file=sys.stderr)) if progress else (lambda s: None)
         result = compare_runs(base, variants, seeds, out, address=address, parallel=parallel, echo=echo,
-                              progress=progress, baseline=baseline)
+                              progress=progress, baseline=baseline, given=dotted_overrides(overrides, settings))
         return Comparison(base, seeds, Path(out), result)
 
 
 def _variants(methods: Methods | None) -> dict[str, dict[str, Any]]:
     """{label: overrides}, every algorithm found (an outside one imported) before the base config is read, so
     that the overrides may name its block; each label once."""
-    from pipelines.compare import find_algorithm
+    from pipelines.compare import find_algorithm, named_variants
 
     if methods is None:
         return {}
@@ -87,7 +86,7 @@ def _variants(methods: Methods | None) -> dict[str, dict[str, Any]]:
         repeated = next((m for i, m in enumerate(methods) if m in methods[:i]), None)
         if repeated is not None:
             raise ConfigError(f"methods: {repeated} is given more than once; give each once")
-        variants = {str(name): {"algorithm.name": name} for name in methods}
+        variants = named_variants([str(name) for name in methods], "methods")
     for label, overrides in variants.items():
         if "algorithm.name" in overrides:
             find_algorithm(label, str(overrides["algorithm.name"]), "methods")

@@ -1,15 +1,16 @@
 """The documentation site's generated pages, a MkDocs hook (mkdocs.yml names this file): each `mkdocs build` writes
 the reference from the code as it is then, so a new command, option, config key, method page or table needs no
 edit here. Every `mooring` command and option comes from the argparse parser (orchestrator/cli.py), every config
-key with its type, default and description from the pydantic schema (orchestrator/experiment/config.py), the algorithm
-interface from the docstrings of tasks/algorithms/base.py, the methods' index from the method registry and the
-tables' configs (orchestrator/docs/methods_index.py), the tutorial's page from the notebook executed on a tiny
-federation (orchestrator/docs/notebook.py, whose comparison the home page shows); KaTeX, installed by `make
-install` (orchestrator/docs/katex.py), is copied into the site. The navigation lists every page found under docs/.
-The pages live in the build only: nothing is written into docs/."""
+key with its type, default and description from the pydantic schemas (orchestrator/experiment/config.py; the sweep
+file's, pipelines/sweep_config.py), the algorithm interface from the docstrings of tasks/algorithms/base.py, the
+methods' index from the method registry and the tables' configs (orchestrator/docs/methods_index.py), the tutorial's
+page from the notebook executed on a tiny federation (orchestrator/docs/notebook.py, whose comparison the home page
+shows); KaTeX, installed by `make install` (orchestrator/docs/katex.py), is copied into the site. The navigation
+lists every page found under docs/. The pages live in the build only: nothing is written into docs/."""
 from __future__ import annotations
 
 import argparse
+import enum
 import inspect
 import os
 import re
@@ -103,22 +104,51 @@ class ConfigKey:
     condition: str = ""  # where the key applies only under one choice: "model.name = mlp"
 
 
-def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
-    """Every key of the experiment config (nested blocks flattened to dotted keys), in the schema's order."""
+def config_keys(model: type[BaseModel] | None = None, prefix: str = "", condition: str = "") -> list[ConfigKey]:
+    """Every key of the experiment config (nested blocks flattened to dotted keys), in the schema's order; a mapping
+    of names to blocks lists a block's keys under KEY, and a block chosen among several by a field of its own (a
+    sweep's sampler by its `name`) lists each choice's keys under that choice."""
     if model is None:
         from orchestrator.experiment.config import ExperimentConfig
 
         model = ExperimentConfig
     keys = []
     for name, field in model.model_fields.items():
-        key = f"{prefix}{name}"
-        block = nested_model(field.annotation)
-        if block is None:
-            keys.append(ConfigKey(key, type_name(field.annotation), default_of(field), field.description or ""))
-        else:
-            keys.append(ConfigKey(key, type_name(field.annotation), "", field.description or first_line(block.__doc__)))
-            keys += config_keys(block, f"{key}.")
+        key, held = f"{prefix}{name}", field.annotation
+        if get_origin(held) is dict:
+            key, held = f"{key}.KEY", get_args(held)[1]
+        blocks = nested_models(held)
+        if not blocks:
+            keys.append(ConfigKey(f"{prefix}{name}", type_name(field.annotation), default_of(field),
+                                  field.description or "", condition))
+            continue
+        described = field.description or (first_line(blocks[0].__doc__) if len(blocks) == 1 else "")
+        keys.append(ConfigKey(f"{prefix}{name}", type_name(field.annotation), "", described, condition))
+        keys += block_keys(blocks, key, condition)
     return keys
+
+
+def block_keys(blocks: list[type[BaseModel]], key: str, condition: str) -> list[ConfigKey]:
+    """The keys of the block at `key`: of its one model, or of each model it may be, under the choice of it."""
+    if len(blocks) == 1:
+        return config_keys(blocks[0], f"{key}.", condition)
+    chooser, choices = choosing_field(blocks)
+    keys = [ConfigKey(f"{key}.{chooser}", " | ".join(map(repr, choices)), "",
+                      "which one; the keys below each apply under one choice", condition)]
+    for block, choice in zip(blocks, choices):
+        keys += [k for k in config_keys(block, f"{key}.", f"{key}.{chooser} = {choice}")
+                 if k.key != f"{key}.{chooser}"]
+    return keys
+
+
+def choosing_field(blocks: list[type[BaseModel]]) -> tuple[str, list[Any]]:
+    """The field whose one literal value tells the blocks apart (a sweep's sampler `name`, a parameter's `type`)."""
+    def literal(block: type[BaseModel], name: str) -> Any:
+        args = get_args(block.model_fields[name].annotation)
+        return args[0] if get_origin(block.model_fields[name].annotation) is Literal and len(args) == 1 else None
+
+    name = next(n for n in blocks[0].model_fields if all(n in b.model_fields and literal(b, n) for b in blocks))
+    return name, [literal(block, name) for block in blocks]
 
 
 def algorithm_keys() -> list[ConfigKey]:
@@ -144,8 +174,15 @@ def params_keys(params: type[BaseModel], prefix: str, condition: str = "") -> li
 
 def nested_model(annotation: Any) -> type[BaseModel] | None:
     """The config block a field holds (`ClaimsConfig | None` holds one too), or None for a plain value."""
+    return next(iter(nested_models(annotation)), None)
+
+
+def nested_models(annotation: Any) -> list[type[BaseModel]]:
+    """The config blocks a field may hold: one (`ClaimsConfig | None`), several (a sweep's samplers), or none."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
     candidates = [annotation] + list(get_args(annotation) if is_union(annotation) else [])
-    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
 
 
 def is_union(annotation: Any) -> bool:
@@ -161,6 +198,8 @@ def type_name(annotation: Any) -> str:
         return " | ".join(repr(arg) if origin is Literal else type_name(arg) for arg in args)
     if origin is not None:
         return f"{getattr(origin, '__name__', origin)}[{', '.join(type_name(arg) for arg in args)}]"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return " | ".join(repr(member.value) for member in annotation)
     return "None" if annotation is type(None) else getattr(annotation, "__name__", repr(annotation))
 
 
@@ -169,6 +208,8 @@ def default_of(field) -> str:
         return repr(field.default_factory())
     if field.default is PydanticUndefined:
         return "(required)"
+    if isinstance(field.default, enum.Enum):
+        return repr(field.default.value)
     return "null" if field.default is None else repr(field.default)
 
 
@@ -188,7 +229,19 @@ def config_reference() -> str:
     lines += [key_line(key) for key in algorithm_keys()] + [""]
     lines += ["## Models' options", "", "Each model's own options sit beside `model.name`.", ""]
     lines += [key_line(key) for key in model_keys()] + [""]
+    lines += ["## The sweep file", "",
+              "`mooring sweep FILE` reads these keys (`pipelines/sweep_config.py`; [how to sweep](../how-to/sweep.md)). "
+              "`base` names an experiment config, whose keys are above; `params.KEY` searches the config key KEY "
+              "(dotted) over the distribution its `type` names.", ""]
+    lines += [key_line(key) for key in sweep_keys()] + [""]
     return "\n".join(lines)
+
+
+def sweep_keys() -> list[ConfigKey]:
+    """Every key of a sweep file, from its schema."""
+    from pipelines.sweep_config import SweepConfig
+
+    return config_keys(SweepConfig)
 
 
 def key_line(key: ConfigKey) -> str:
@@ -292,7 +345,8 @@ def indent_block(text: str) -> str:
 
 
 def first_line(doc: str | None) -> str:
-    return (doc or "").strip().split("\n\n")[0].replace("\n", " ")
+    """A docstring's first paragraph on one line."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 # the generated reference: path in the site → its navigation label and the function that writes its markdown

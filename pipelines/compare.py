@@ -37,11 +37,15 @@ if TYPE_CHECKING:
 
 
 # ------------------------------------------------------------------------------------------- running
-def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int) -> list[Job]:
+def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actors_per_run: int,
+              given: dict[str, Any] | None = None) -> list[Job]:
     """Every (variant, seed) run's config, each checked (orchestrator/driver/preflight.py) before any runs: a ConfigError
-    with one line per variant refused."""
+    with one line per variant refused. Each run is named in MLflow by its variant, seed and what `given` (the
+    command's overrides of the base) and the variant override."""
     from orchestrator.driver.preflight import check_runnable, refusal
     from orchestrator.experiment.config import ConfigError, with_overrides
+    from orchestrator.reporting.run_names import run_name
+    from pipelines.comparison import own_settings
 
     base, configs, problems = absolute_paths(base), {}, []
     for name, overrides in variants.items():
@@ -52,13 +56,15 @@ def plan_jobs(base, variants: dict[str, dict[str, Any]], seeds: list[int], actor
             problems.append(f"variant {name}: {str(e).removeprefix('config: ')}")
     if problems:
         raise refusal(problems)
-    return [Job(name, seed, with_overrides(cfg, {"seed": seed})) for seed in seeds for name, cfg in configs.items()]
+    return [Job(name, seed, with_overrides(cfg, {"seed": seed}),
+                run_name=run_name(base.name, name, seed, {**(given or {}), **own_settings(variants[name], name)}))
+            for seed in seeds for name, cfg in configs.items()]
 
 
-def _run_job(cfg, parent_run_id, run_dir):
+def _run_job(cfg, parent_run_id, run_dir, run_name):
     from orchestrator.driver.run import run_experiment
 
-    return run_experiment(cfg, progress=False, parent_run_id=parent_run_id, run_dir=run_dir)
+    return run_experiment(cfg, progress=False, parent_run_id=parent_run_id, run_dir=run_dir, run_name=run_name)
 
 
 # seconds the runs in flight get, after a stop signal, to end their MLflow runs KILLED before they are killed
@@ -119,7 +125,7 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
         while queue and len(pending) < parallel:
             job = queue.pop(0)
             job.run_dir = new_run_dir(job.cfg)
-            pending[remote.remote(job.cfg, parent_run_id, job.run_dir)] = job
+            pending[remote.remote(job.cfg, parent_run_id, job.run_dir, job.run_name)] = job
         shown.show(running(pending.values()))
         done, _ = ray.wait(list(pending), num_returns=1, timeout=0.25)  # a signal is seen between waits
         if not done:
@@ -244,22 +250,25 @@ def save_outputs(comp: Comparison, out_dir: Path, title: str, columns: list[str]
 def compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, *,
             address: str | None = None, parallel: int | None = None, actors_per_run: int = 1,
             echo=print, progress: bool = True, baseline: str | None = None, out_option: str = "--out",
-            metrics: list[str] | None = None, columns: list[str] | None = None) -> Comparison:
+            metrics: list[str] | None = None, columns: list[str] | None = None,
+            given: dict[str, Any] | None = None) -> Comparison:
     """Every variant × seed (see the module's docstring); `out_dir` and every variant's config are checked before
     Ray starts and its actors against the cluster before the first run (orchestrator/driver/preflight.py), and
     `out_dir` is held from then on (orchestrator/io/output_lock.py; a refusal names it as `out_option`). With
     `baseline`, the report adds the paired differences against it (pipelines/paired.py), on `metrics` (summary
     figures or "KEY:AGG"; default the accuracies); `columns`: the summary table's figures beside the accuracies
-    (default: pipelines/comparison.py, default_columns)."""
+    (default: pipelines/comparison.py, default_columns); `given`, the dotted keys the command set on the base
+    config, names the MLflow runs with the variants (orchestrator/reporting/run_names.py)."""
     from orchestrator.io.output_lock import check_output_dir, holding_output
+    from orchestrator.reporting.run_names import comparison_name
 
     check_parallel(parallel, "parallel")
     check_output_dir(out_dir, out_option)
-    jobs = plan_jobs(base, variants, seeds, actors_per_run)
+    jobs = plan_jobs(base, variants, seeds, actors_per_run, given)
     check_judged_by_client(jobs[:len(variants)], {"--metric": metrics or [], "--columns": columns or []})
     with holding_output(out_dir, out_option):
         return _compare(base, variants, seeds, out_dir, jobs, address, parallel, actors_per_run, echo, progress,
-                        baseline, metrics, columns)
+                        baseline, metrics, columns, comparison_name(base.name, list(variants), given))
 
 
 def check_judged_by_client(jobs: list[Job], named: dict[str, list[str]]) -> None:
@@ -279,7 +288,8 @@ def check_judged_by_client(jobs: list[Job], named: dict[str, list[str]]) -> None
 
 def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_dir: str | Path, jobs: list[Job],
              address: str | None, parallel: int | None, actors_per_run: int, echo, progress: bool,
-             baseline: str | None, metrics: list[str] | None = None, columns: list[str] | None = None) -> Comparison:
+             baseline: str | None, metrics: list[str] | None = None, columns: list[str] | None = None,
+             name: str = "compare") -> Comparison:
     from orchestrator.driver.preflight import check_devices, check_variants
     from orchestrator.driver.signals import RunInterrupted
     from orchestrator.ray_runtime.ray_start import ensure_ray
@@ -292,7 +302,7 @@ def _compare(base, variants: dict[str, dict[str, Any]], seeds: list[int], out_di
                    lambda cfg: check_devices(cfg, actors_per_run))
     parallel = parallel or default_parallel(actors_per_run, base.resources.cpus_per_actor)
     tracker = Tracker(jobs[0].cfg.tracking.uri, base.tracking.experiment, base.tracking.enabled)
-    tracker.start(f"compare-{base.name}", {"variants": ",".join(variants), "seeds": ",".join(map(str, seeds))},
+    tracker.start(name, {"variants": ",".join(variants), "seeds": ",".join(map(str, seeds))},
                   {"kind": "compare", "dataset": base.data.dataset})
     echo(f"comparing {len(variants)} variants × {len(seeds)} seeds, {parallel} at a time")
     from orchestrator.server.robust_round import robustness_note
@@ -457,11 +467,10 @@ def main(args) -> int:
     variants = requested_variants(args)  # outside methods imported first, so that --set may name their blocks
     base = load_config(args.config, args.overrides)
     refuse_shadowed(dotted_set(args.overrides), {f"variant {label}": o for label, o in variants.items()})
-    variants = variants or {base.algorithm.name: {"algorithm.name": base.algorithm.name}}
+    variants = variants or named_variants([base.algorithm.name], "algorithm.name")
     seeds = parse_list(args.seeds, int, "--seeds", "0,1,2") or [base.seed]
     refuse_duplicates("--seeds", args.seeds, seeds)
-    if args.baseline is not None and args.baseline not in variants:
-        raise ConfigError(f"--baseline {args.baseline}: not a variant of this comparison; variants: {', '.join(variants)}")
+    args.baseline = variant_called(args.baseline, variants, "--baseline")
     metrics = figures_option(args.metric, "--metric")
     columns = figures_option(args.columns, "--columns")
     if metrics and args.baseline is None:
@@ -470,7 +479,7 @@ def main(args) -> int:
         check_output_file(args.output_json)
     comp = compare(base, variants, seeds, args.out, address=args.address, parallel=args.parallel,
                    echo=lambda s: print(s, file=sys.stderr), progress=not args.quiet, baseline=args.baseline,
-                   metrics=metrics, columns=columns)
+                   metrics=metrics, columns=columns, given=dotted_set(args.overrides))
     columns = default_columns(comp) if columns is None else columns
     table = summary_table(comp, columns)
     print(format_table(table, columns))
@@ -520,17 +529,42 @@ def requested_variants(args) -> dict[str, dict[str, Any]]:
 
     names = every_method() if args.all_algorithms else parse_list(args.algorithms, str, "--algorithms")
     refuse_duplicates("--algorithms", args.algorithms, names)
-    variants = {n: {"algorithm.name": n} for n in names}
+    variants = named_variants(names, "--algorithms")
     given = [parse_variant(text) for text in args.variants]
     given += list(read_variants_file(args.variants_file).items()) if args.variants_file else []
     for label, overrides in given:
         if label in variants:
             raise ConfigError(f"--variant {label}: the label is given more than once; give each variant its own")
         variants[label] = overrides
-    for label, overrides in variants.items():
+    for label, overrides in given:
         if "algorithm.name" in overrides:
-            find_algorithm(label, str(overrides["algorithm.name"]), "--algorithms" if label in names else "--variant")
+            find_algorithm(label, str(overrides["algorithm.name"]), "--variant")
     return variants
+
+
+def variant_called(name: str | None, variants: dict[str, dict[str, Any]], option: str) -> str | None:
+    """The label of the variant `name` names: a label, or the method a variant runs alone (an outside method's
+    module:Class reference); a ConfigError line where it names none."""
+    if name is None or name in variants:
+        return name
+    label = next((label for label, o in variants.items() if o == {"algorithm.name": name}), None)
+    if label is None:
+        from orchestrator.experiment.config import ConfigError
+
+        raise ConfigError(f"{option} {name}: not a variant of this comparison; variants: {', '.join(variants)}")
+    return label
+
+
+def named_variants(names: list[str], option: str) -> dict[str, dict[str, Any]]:
+    """A variant of each method named, found first (an outside one imported), under the label the comparison
+    calls it by (pipelines/comparison.py, method_label: a class's label or name, not its module:Class
+    reference); methods that would share a label keep their names."""
+    from pipelines.comparison import method_label
+
+    for name in names:
+        find_algorithm(name, name, option)
+    labels = [method_label(name) for name in names]
+    return {label if labels.count(label) == 1 else name: {"algorithm.name": name} for name, label in zip(names, labels)}
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:

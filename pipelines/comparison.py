@@ -45,6 +45,7 @@ class Job:
     seed: int
     cfg: Any
     run_dir: str | None = None  # chosen when the run is submitted, so that a stopped run can be named
+    run_name: str | None = None  # its MLflow run's name (orchestrator/reporting/run_names.py)
 
 
 @dataclass
@@ -182,7 +183,8 @@ def summary_table(comp: Comparison, columns: list[str] | None = None) -> list[di
         rows = [r for r in all_rows if not r.get("failed")]
         entry: dict[str, Any] = {"variant": variant, "seeds": len(rows)}
         if variant in comp.settings:
-            entry["settings"] = settings_text(comp.settings[variant])
+            entry["settings"] = settings_text(comp.settings[variant], variant)
+        entry["global_model_note"] = global_model_note(all_rows[0].get("algorithm"))
         for name, key in ACCURACIES:
             entry[f"{name}_accuracy_mean"], entry[f"{name}_accuracy_std"] = mean_std([r[key] for r in rows])
         for column in columns:
@@ -196,8 +198,51 @@ def summary_table(comp: Comparison, columns: list[str] | None = None) -> list[di
     return table
 
 
-def settings_text(overrides: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+def settings_text(overrides: dict[str, Any], variant: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in own_settings(overrides, variant).items())
+
+
+def own_settings(overrides: dict[str, Any], variant: str) -> dict[str, Any]:
+    """A variant's overrides of the base config, less its method's name where the variant is called by it (a
+    comparison of methods by name has no settings to show)."""
+    return {k: v for k, v in overrides.items() if not (k == "algorithm.name" and method_label(str(v)) == variant)}
+
+
+def method_label(name: str) -> str:
+    """What a comparison calls the method `name`: a registered name as it is; a reference (module:Class) by its
+    class's `label`, else its `name` (the class name where it sets none)."""
+    if ":" not in name:
+        return name
+    from tasks.algorithms import ALGORITHMS
+
+    method = ALGORITHMS.get(name)
+    return method.label or method.name or method.__name__
+
+
+def global_model_note(algorithm: str | None) -> str:
+    """What the method's global model is, where its table cell needs saying so (Algorithm.global_model_note); ""
+    for a row that names no method."""
+    from tasks.algorithms import ALGORITHMS
+
+    return ALGORITHMS.get(algorithm).global_model_note if algorithm else ""
+
+
+GLOBAL_MARK = "†"
+
+
+def global_cell(row: dict[str, Any]) -> str:
+    """A summary row's global accuracy, marked where the method's global model needs a word (global_model_legend)."""
+    cell = format_accuracy(row["global_accuracy_mean"], row["global_accuracy_std"])
+    return f"{cell} {GLOBAL_MARK}" if row.get("global_model_note") and row["global_accuracy_mean"] is not None else cell
+
+
+def global_model_legend(table: list[dict[str, Any]]) -> list[str]:
+    """One line per note of the marked global accuracies: the variants it concerns and what their global model is."""
+    notes: dict[str, list[str]] = {}
+    for row in table:
+        if global_cell(row).endswith(GLOBAL_MARK):
+            notes.setdefault(row["global_model_note"], []).append(row["variant"])
+    return [f"{GLOBAL_MARK} global model of {', '.join(variants)}: {note}" for note, variants in notes.items()]
 
 
 def clock_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -240,7 +285,7 @@ def format_table(table: list[dict[str, Any]], columns: list[str] | None = None) 
              + (f" {'sim. s':>9} {'s to target':>14}" if clock else "")
              + "".join(f" {c:>{w}}" for c, w in zip(columns, chosen_width))]
     for row in table:
-        acc = [format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"]) for name, _ in ACCURACIES]
+        acc = [global_cell(row), format_accuracy(row["personalized_accuracy_mean"], row["personalized_accuracy_std"])]
         mb = "–" if row["bytes_sent"] is None else f"{row['bytes_sent'] / 1e6:.1f}"
         eps = "".join(f" {'–' if row.get(key) is None else format(row[key], '.2f'):>9}" for key in private)
         chosen = "".join(f" {format_cell(c, row.get(f'{c}_mean'), row.get(f'{c}_std')):>{w}}"
@@ -250,7 +295,8 @@ def format_table(table: list[dict[str, Any]], columns: list[str] | None = None) 
         if row.get("failed"):
             lines.append(f"  FAILED {row['variant']}: {row['failed']}")
     settings = [f"  {row['variant']}: {row['settings']}" for row in table if row.get("settings")]
-    legend = [LEGEND] + ([PRIVACY_LEGEND] if private else []) + ([FAIRNESS_LEGEND] if columns else [])
+    legend = ([LEGEND] + global_model_legend(table) + ([PRIVACY_LEGEND] if private else [])
+              + ([FAIRNESS_LEGEND] if columns else []))
     return "\n".join(lines + (["settings (over the base config):", *settings] if settings else []) + legend)
 
 

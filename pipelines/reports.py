@@ -14,6 +14,8 @@ from pipelines.comparison import (
     clock_cells,
     format_accuracy,
     format_cell,
+    global_cell,
+    global_model_legend,
 )
 
 
@@ -31,9 +33,8 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     summary = report.Table("Summary", ["variant", "settings", "seeds", "global accuracy", "personalized accuracy",
                                        "MB sent", "seconds a run"] + (["simulated seconds", "to target"] if clock else [])
                            + columns,
-                           [[row["variant"], row.get("settings"), str(row["seeds"]),
-                             *[format_accuracy(row[f"{name}_accuracy_mean"], row[f"{name}_accuracy_std"])
-                               for name, _ in ACCURACIES],
+                           [[row["variant"], row.get("settings") or None, str(row["seeds"]), global_cell(row),
+                             format_accuracy(row["personalized_accuracy_mean"], row["personalized_accuracy_std"]),
                              mb(row["bytes_sent"]), None if row["wall_seconds"] is None else f"{row['wall_seconds']:.0f}"]
                             + (list(clock_cells(row)) if clock else [])
                             + [format_cell(c, row.get(f"{c}_mean"), row.get(f"{c}_std")) for c in columns]
@@ -47,7 +48,8 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
     figures = [report.Figure("Accuracy by round", out_dir / "accuracy.png")]
     if clock:
         figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))
-    notes = [report.Note(LEGEND)] + ([report.Note(FAIRNESS_LEGEND)] if columns else [])
+    notes = ([report.Note(LEGEND)] + [report.Note(line) for line in global_model_legend(table)]
+             + ([report.Note(FAIRNESS_LEGEND)] if columns else []))
     parts = [summary, *notes, *paired_parts(comp, baseline, metrics), *figures, runs]
     return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
 

@@ -93,7 +93,8 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
     best = best_trial(study)
     return SweepResult(sweep.study_name, sweep.storage_url, c["complete"], c["pruned"], c["failed"],
                        best.number if best else None, best.value if best else None, best.params if best else {},
-                       tracker.run_id, [str(p) for p in outputs])
+                       tracker.run_id, [str(p) for p in outputs],
+                       None if storage.is_remote(sweep.sweep_dir) else sweep.sweep_dir)
 
 
 def searched_variants(sweep: Sweep) -> dict[str, Any]:
@@ -145,5 +146,18 @@ def print_result(result: SweepResult, metric: str, out=None) -> None:
     tested = best_recorded_on_test(result.storage_url, result.study_name)
     if tested is not None:
         print(tested.line(metric), file=out)
+    saved = saved_line(result)
+    if saved:
+        print(saved, file=out)
     if result.parent_run_id:
         print(f"MLflow parent run {result.parent_run_id}; browse with `mooring ui`", file=out)
+
+
+def saved_line(result: SweepResult) -> str:
+    """Where the study's report and tables are: its directory (the report first), or the parent run's artifacts."""
+    names = sorted((Path(p).name for p in result.outputs), key=lambda name: name != "report.html")
+    if not names:
+        return ""
+    if result.out_dir is None:
+        return f"saved {', '.join(names)} as artifacts of MLflow parent run {result.parent_run_id}"
+    return f"saved {result.out_dir}/{names[0]}" + "".join(f", {name}" for name in names[1:])

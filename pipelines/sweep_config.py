@@ -239,8 +239,10 @@ class SweepConfig(Strict):
     n_trials: int | None = Field(None, ge=1, description="complete + pruned trials; default 20, or the grid's size")
     max_failures: int | None = Field(None, ge=1, description="failed trials after which the sweep stops with exit 1; "
                                      f"default n_trials, at most {DEFAULT_MAX_FAILURES}")
-    sampler: SamplerConfig = Field(default_factory=lambda: TPESampler(name="tpe"))
-    pruner: PrunerConfig = Field(default_factory=lambda: MedianPruner(name="median"))
+    sampler: SamplerConfig = Field(default_factory=lambda: TPESampler(name="tpe"),
+                                   description="how each trial's parameters are drawn; default tpe")
+    pruner: PrunerConfig = Field(default_factory=lambda: MedianPruner(name="median"),
+                                 description="when a trial is stopped before its last round; default median")
     parallel: int | None = Field(None, ge=1, description="trials at once; default: as the cluster's CPUs hold")
     study: str | None = Field(None, description="default: the sweep file's name")
     storage: str | None = Field(None, description=f"Optuna RDB URL; default {DEFAULT_STORAGE} in the working directory")

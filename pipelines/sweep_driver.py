@@ -37,6 +37,7 @@ class SweepResult:
     best_params: dict[str, Any]
     parent_run_id: str | None
     outputs: list[str] = field(default_factory=list)
+    out_dir: str | None = None  # where `outputs` are kept (None: on object storage, kept as the parent run's artifacts)
 
 
 def pid_alive(pid: int) -> bool:

@@ -27,6 +27,16 @@ BIN = Path(sys.executable).parent
 # Fast detection of a dead node (defaults: ~30 s).
 FAST_FAILURE_DETECTION = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "500",
                           "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+# Patience with a loaded machine (Ray's own settings, read by every Ray process from RAY_<name>; defaults in Ray
+# 2.60's ray_config_def.h): a raylet's wait to register with the GCS (10 s), a GCS client's wait for a GCS that does
+# not answer (60 s) and a GCS call's deadline (60 s). Beside a busy process, a second node's `ray start` hit the
+# call deadline ("Failed to get node info: Deadline Exceeded").
+LOADED_MACHINE = {"RAY_raylet_start_wait_time_s": "60", "RAY_gcs_rpc_server_reconnect_timeout_s": "120",
+                  "RAY_gcs_server_request_timeout_seconds": "120"}
+# A node that does not join is started again, as Ray's own cluster tests retry (bounded, with a growing wait):
+# attempts, and the seconds before the second (doubled before each next one)
+NODE_ATTEMPTS, NODE_BACKOFF_SECONDS = 3, 5.0
+NODE_JOIN_SECONDS = 120.0
 
 
 def free_port() -> int:
@@ -87,10 +97,17 @@ class Node:
     name: str
     process: subprocess.Popen
     node_id: str = ""
+    log: Path | None = None  # its `ray start` output
+
+
+class NodeDidNotStart(RuntimeError):
+    """A Ray node that did not join the cluster in its attempts: each attempt's failure and the last one's output."""
 
 
 class LocalCluster:
-    def __init__(self, head_cpus: float = 2, head_gpus: float = 1, head_resources: dict[str, float] | None = None):
+    def __init__(self, head_cpus: float = 2, head_gpus: float = 1, head_resources: dict[str, float] | None = None,
+                 attempts: int = NODE_ATTEMPTS, backoff: float = NODE_BACKOFF_SECONDS):
+        self.attempts, self.backoff = attempts, backoff  # each node's `ray start`s, and the wait before a second
         # Short: Ray's socket paths under the temp dir must fit in 107 characters.
         self.tmp = Path(tempfile.mkdtemp(prefix="mrc", dir="/tmp"))
         self.token = secrets.token_hex(24)
@@ -99,6 +116,7 @@ class LocalCluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env |= {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "RAY_AUTH_MODE": "token",
                      "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0", **FAST_FAILURE_DETECTION,
+                     **LOADED_MACHINE,
                      # as docs/how-to/cluster.md and k8s/raycluster.yaml start a cluster: workers at niceness 15 would get
                      # almost no CPU beside a busy process (the suite is also run with CPU burners beside it)
                      "RAY_worker_niceness": "0"}
@@ -117,25 +135,51 @@ class LocalCluster:
         return self._start(f"w{len(self.nodes)}", [f"--address=127.0.0.1:{self.gcs_port}"], num_cpus, num_gpus)
 
     def _start(self, name: str, args: list[str], num_cpus: float, num_gpus: float) -> Node:
+        """A node that has joined the cluster: `ray start` again, on fresh ports, after a growing wait, when an
+        attempt exits or does not join in NODE_JOIN_SECONDS; after `self.attempts`, one NodeDidNotStart naming each
+        attempt's failure and the last one's output."""
+        failures, attempts = [], self.attempts
+        for attempt in range(1, attempts + 1):
+            node = self._launch(name, args, num_cpus, num_gpus, attempt)
+            try:
+                node.node_id = wait_until(lambda started=node: self._new_alive_node(started), NODE_JOIN_SECONDS,
+                                          f"Ray node {name} to join")
+                return node
+            except (RuntimeError, TimeoutError) as e:
+                failures.append(f"attempt {attempt}: {str(e).splitlines()[0]}")
+                self._abandon(node)
+            if attempt < attempts:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+        raise NodeDidNotStart(f"Ray node {name} did not join the cluster in {attempts} attempts "
+                              f"({'; '.join(failures)}); the last one's output:\n{node.log.read_text()[-2000:]}")
+
+    def _launch(self, name: str, args: list[str], num_cpus: float, num_gpus: float, attempt: int) -> Node:
         ports = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
                  "runtime-env-agent-port", "node-manager-port", "object-manager-port")
         cmd = [str(BIN / "ray"), "start", "--block", *args, f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
-               f"--temp-dir={self.tmp / name}", "--disable-usage-stats", *(f"--{p}={free_port()}" for p in ports)]
-        log = open(self.tmp / f"{name}.out", "w")
-        node = Node(name, subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp))
+               f"--temp-dir={self.tmp / f'{name}-{attempt}'}", "--disable-usage-stats",
+               *(f"--{p}={free_port()}" for p in ports)]
+        log = open(self.tmp / f"{name}-{attempt}.out", "w")
+        node = Node(name, subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp),
+                    log=self.tmp / f"{name}-{attempt}.out")
         self.nodes.append(node)
-        known = {n.node_id for n in self.nodes}
-        node.node_id = wait_until(lambda: self._new_alive_node(node, known), 120, f"Ray node {name} to join")
         return node
 
-    def _new_alive_node(self, node: Node, known: set[str]) -> str | None:
+    def _abandon(self, node: Node) -> None:
+        """A node that did not join: its processes killed, and it forgotten."""
+        kill_tree(process_tree(node.process.pid))
+        node.process.wait(timeout=30)
+        self.nodes.remove(node)
+
+    def _new_alive_node(self, node: Node) -> str | None:
+        """The id of an alive node none of the cluster's nodes is known by yet (`node`'s), or None."""
         if node.process.poll() is not None:
-            raise RuntimeError(f"ray start for {node.name} exited: {(self.tmp / f'{node.name}.out').read_text()[-2000:]}")
+            raise RuntimeError(f"ray start for {node.name} exited with {node.process.returncode}")
         try:
             alive = [n["node_id"] for n in self.state("nodes") if n["state"] == "ALIVE"]
         except (OSError, ValueError, KeyError):
             return None
-        fresh = [n for n in alive if n not in known]
+        fresh = [n for n in alive if n not in {known.node_id for known in self.nodes}]
         return fresh[0] if fresh else None
 
     # ------------------------------------------------------------------ the dashboard's REST API

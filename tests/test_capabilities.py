@@ -46,6 +46,7 @@ def noop(self, *args, **kwargs):
     ({"init_client": noop}, {"keeps_client_state": True}),
     ({"client_result": noop}, {"keeps_client_state": True, "uploads_trained_model": False}),
     ({"client_result": noop, "keeps_client_state": False}, {"uploads_trained_model": False}),
+    ({"client_metrics": noop}, {"uploads_trained_model": False}),  # a metric keeps no client state
     ({"client_update": noop}, {"keeps_client_state": True, "uploads_trained_model": False,
                                "not_vectorized": "sub trains in its own client_update, not through local_loss"}),
     ({"client_update": noop, "step_hooks": noop}, {"keeps_client_state": True, "uploads_trained_model": False,

@@ -22,7 +22,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.driver.run_errors import RunError
 from orchestrator.ray_runtime.cluster import JobsAPI
-from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, wait_until
+from tests.cluster_fixture import ROOT, LocalCluster, MlflowServer, NodeDidNotStart, process_tree, wait_until
 from tests.conftest import postgres_reachable
 from tests.outside_lab import MY_PROX, forget_lab, write_lab
 
@@ -35,6 +35,19 @@ JOB_TIMEOUT = 300  # s: a stuck job fails the test instead of hanging it
 RUN_SUMMARY = re.compile(re.escape(MY_PROX) + r" \(seed 0\), 2 rounds in [0-9.]+ s\n  global model: +final [0-9.]+ %")
 REFUSED = "the Ray cluster at {url} refused the request: authentication token missing or wrong; " \
           "set RAY_AUTH_TOKEN or --token-file"
+
+
+def test_a_node_that_never_joins_is_started_again_then_refused_in_one_error():
+    """Each attempt's `ray start` (here refused: a negative CPU count) is killed and started again after a wait;
+    the last failure names every attempt and ends with Ray's own words, and no process is left behind."""
+    before = set(process_tree(os.getpid()))
+    with pytest.raises(NodeDidNotStart) as refused:
+        LocalCluster(head_cpus=-1, attempts=2, backoff=0.1)
+    headline, *output = str(refused.value).splitlines()
+    assert headline == ("Ray node head did not join the cluster in 2 attempts (attempt 1: ray start for head exited "
+                        "with 1; attempt 2: ray start for head exited with 1); the last one's output:")
+    assert "Resource quantities must be nonnegative" in "\n".join(output)
+    assert set(process_tree(os.getpid())) <= before
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,7 @@ def check_report(path, comp: Comparison, runs, client) -> None:
     run, and the same file on the parent run."""
     page = path.read_text()
     tables = re.findall(r"<table>(.*?)</table>", page, re.S)
-    summary_rows = re.findall(r"<tr><td>(\w+)</td><td>algorithm.name=\1</td><td>2</td>", tables[0])
+    summary_rows = re.findall(r"<tr><td>(\w+)</td><td>–</td><td>2</td>", tables[0])  # no settings but the name
     assert summary_rows == ["fedprox", "local"]
     assert page.count('<img alt="Accuracy by round" src="data:image/png;base64,') == 1
     for row, run in zip(comp.rows, runs):
@@ -202,7 +202,8 @@ def test_a_signal_keeps_the_finished_runs_and_ends_the_others_killed(ray_session
     with open(tmp_path / "out" / "runs.csv") as f:
         assert [row["variant"] for row in csv.DictReader(f)] == ["short"]
     statuses = {name: run.info.status for name, run in runs_of(base.tracking.uri).items()}
-    assert statuses == {"compare-default": "KILLED", "default-fedavg-s0": "FINISHED", "default-fedprox-s0": "KILLED"}
+    assert statuses == {"compare-default short,long": "KILLED", "default-short-s0 rounds=2": "FINISHED",
+                        "default-long-s0 rounds=1000000000000": "KILLED"}  # named by what differs
 
 
 @pytest.mark.ray
@@ -216,7 +217,7 @@ def test_sigterm_stops_mooring_compare_in_one_line_with_its_runs_killed(ray_sess
     try:
         assert wait_for(lambda: any(runs.glob("*/checkpoints/LATEST")), lambda: proc.poll() is None), \
             proc.communicate()[1][-2000:]
-        assert runs_of(uri)["default-fedavg-s0"].info.status == "RUNNING"
+        assert runs_of(uri)["default-fedavg-s0 num_clients=4 rounds=1000000000000"].info.status == "RUNNING"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -228,7 +229,8 @@ def test_sigterm_stops_mooring_compare_in_one_line_with_its_runs_killed(ray_sess
                                             f"fedavg seed 0: continue with `mooring run --resume {run_dir}`")
     assert not (tmp_path / "out").exists()
     statuses = {name: run.info.status for name, run in runs_of(uri).items()}
-    assert statuses == {"compare-default": "KILLED", "default-fedavg-s0": "KILLED"}
+    assert statuses == {"compare-default fedavg num_clients=4 rounds=1000000000000": "KILLED",  # --set, not paths
+                        "default-fedavg-s0 num_clients=4 rounds=1000000000000": "KILLED"}
 
 
 def test_all_algorithms_is_every_registered_method_but_the_protocol_variants():
@@ -279,6 +281,33 @@ def test_variant_labels_overrides_and_files_are_parsed(tmp_path):
     seeds_end = header.index("seeds") + len("seeds")  # the columns stay aligned past the long label
     assert short_row[seeds_end - 1] == long_row[seeds_end - 1] == "1" and len(short_row) == len(long_row)
     assert f"  {long}: algorithm.name={long}" in format_table(rows)
+
+
+def finished_rows(comp, variant: str, algorithm: str, accuracy: float | None) -> None:
+    comp.rows.append({"variant": variant, "algorithm": algorithm, "seed": 0, "final_global_accuracy": accuracy,
+                      "final_personalized_accuracy": 0.9, "bytes_sent": 1e6, "wall_seconds": 1.0})
+
+
+def test_the_table_shows_settings_beyond_a_method_s_name_and_marks_a_global_model_that_needs_a_word():
+    """A comparison of methods by name lists no settings under its table, a variant's own overrides are listed; the
+    global accuracy of FedPer and FedRep (the shared body under the initial head) is marked and said what it is."""
+    from pipelines.comparison import Comparison, format_table, summary_table
+
+    comp = Comparison(settings={"fedavg": {"algorithm.name": "fedavg"}, "fedrep": {"algorithm.name": "fedrep"},
+                                "local": {"algorithm.name": "local"},
+                                "prox_mu1": {"algorithm.name": "fedprox", "algorithm.fedprox.mu": 1.0}})
+    for variant, algorithm, accuracy in (("fedavg", "fedavg", 0.8), ("fedrep", "fedrep", 0.3), ("local", "local", None),
+                                         ("prox_mu1", "fedprox", 0.7)):
+        finished_rows(comp, variant, algorithm, accuracy)
+    lines = format_table(summary_table(comp)).splitlines()
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert "80.00 % " in rows["fedavg"] and "†" not in rows["fedavg"] and "†" not in rows["local"]
+    assert "30.00 % †" in rows["fedrep"]
+    settings = lines[lines.index("settings (over the base config):") + 1:]
+    assert settings[0] == "  prox_mu1: algorithm.name=fedprox, algorithm.fedprox.mu=1.0"
+    assert settings[1].startswith("global: the server's model")  # the legend: no other variant's settings
+    assert "† global model of fedrep: the shared body under the initial head, a head no client trained it with " \
+           "(docs/methods/fednh.md §5.1)" in lines
 
 
 @pytest.mark.parametrize("argv, line", [

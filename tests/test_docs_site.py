@@ -82,6 +82,25 @@ def block_keys() -> list[str]:
     return methods + [f"model.{option}" for name in MODELS.names() for option in MODELS.get(name).params.model_fields]
 
 
+def test_the_configuration_reference_holds_every_key_of_the_sweep_file():
+    """Each choice of a sampler, a pruner and a parameter's distribution with its own keys, from the schema."""
+    from typing import get_args
+
+    from orchestrator.docs_site import config_reference, nested_models
+    from pipelines.sweep_config import SweepConfig
+
+    page = config_reference()
+    section = page[page.index("## The sweep file"):]
+    fields = SweepConfig.model_fields
+    choices = {"sampler": nested_models(fields["sampler"].annotation), "pruner": nested_models(fields["pruner"].annotation),
+               "params.KEY": nested_models(get_args(fields["params"].annotation)[1])}
+    expected = schema_keys(SweepConfig) + [f"{key}.{name}" for key, blocks in choices.items() for block in blocks
+                                           for name in block.model_fields]
+    assert len(choices["sampler"]) == 3 and "params.KEY.choices" in expected
+    assert [key for key in expected if f"- `{key}` (" not in section] == []
+    assert "- `sampler.points` (int, default `4`, with `sampler.name = grid`)" in section
+
+
 def test_the_site_builds_strictly_and_its_reference_holds_every_option_and_key(site):
     cli = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     options = parser_options()

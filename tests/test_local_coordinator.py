@@ -98,6 +98,8 @@ def test_without_ray_the_history_is_the_coordinator_actors(ray_session, tmp_path
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.params["algorithm.name"] == "fedavg"
+    # named by what its --set changes (not where it is kept or spread: checkpoint, partitions, tracking, resources)
+    assert run.info.run_name == "default-fedavg-s0 num_clients=6 clients_per_round=5 rounds=4 group_steps=4"
     assert [m.step for m in client.get_metric_history(run_id, "round")] == [1, 2, 3, 4]
     assert {a.path for a in client.list_artifacts(run_id)} >= {"accuracy.png", "final_state.pt", "metrics.jsonl"}
 

@@ -67,13 +67,13 @@ def test_an_outside_fedprox_runs_on_the_vectorised_engine_equal_to_the_built_in_
     mooring_in(lab, "compare", "lab.yaml", "--algorithms", f"fedavg,{MY_PROX},fedprox", "--quiet",
                "--set", "algorithm.fedprox.mu=0.5", "--set", "train.engine=vectorized", "--out", str(lab / "compare"))
     histories = json.loads((lab / "compare" / "histories.json").read_text())
-    mine, fedprox, fedavg = (histories[v]["0"] for v in (MY_PROX, "fedprox", "fedavg"))
+    mine, fedprox, fedavg = (histories[v]["0"] for v in ("my_prox", "fedprox", "fedavg"))  # labelled by its name
     assert [{k: v for k, v in m.items() if "seconds" not in k} for m in mine] == \
         [{k: v for k, v in m.items() if "seconds" not in k} for m in fedprox]  # bitwise the built-in's history
     assert [m["accuracy"] for m in mine] != [m["accuracy"] for m in fedavg]
     assert mine[-1]["accuracy"] > 0.5  # five classes: it learned
     run_dir = Path(next(row for row in csv.DictReader((lab / "compare" / "runs.csv").open())
-                        if row["variant"] == MY_PROX)["run_dir"])
+                        if row["variant"] == "my_prox")["run_dir"])
     assert run_dir.name.startswith("lab-my_prox-s0-")  # the method's own name, not the reference, in paths
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["algorithm"]["name"] == MY_PROX and config["algorithm"]["my_prox"] == {"mu": 0.5}
@@ -96,7 +96,11 @@ class Scaled(MyProx):
 
 def test_two_outside_methods_with_their_blocks_and_per_variant_settings_in_one_command(lab):
     """Each outside method's block set (one by --set before it is named, one by its variant), per-variant
-    overrides and labels, and the paired differences against the baseline, in one `mooring compare`."""
+    overrides and labels, and the paired differences against the baseline, in one `mooring compare`. A method named
+    by reference is labelled by its class's `label` (here MyProx's `name`, my_prox), in the table and in MLflow,
+    whose parent and child runs are named by what differs: the config, the variants, the seed, the overrides."""
+    from mlflow.tracking import MlflowClient
+
     (lab / "my_lab" / "scaled.py").write_text(SECOND_METHOD)
     out_dir, as_json = lab / "two_outside", lab / "two_outside.json"
     result = mooring_in(lab, "compare", "lab.yaml", "--algorithms", MY_PROX, "--set", "algorithm.my_scaled.scale=2.0",
@@ -105,22 +109,30 @@ def test_two_outside_methods_with_their_blocks_and_per_variant_settings_in_one_c
                         "--seeds", "0,1", "--baseline", MY_PROX, "--out", str(out_dir), "--output-json", str(as_json),
                         "--quiet")
     table = json.loads(as_json.read_text())
-    assert [row["variant"] for row in table["variants"]] == [MY_PROX, "scaled_light"]
+    assert [row["variant"] for row in table["variants"]] == ["my_prox", "scaled_light"]
     assert table["variants"][1]["settings"] == ("algorithm.name=my_lab.scaled:Scaled, algorithm.my_scaled.mu=0.001, "
                                                 "train.optimizer.lr=0.05")
     rows = list(csv.DictReader((out_dir / "runs.csv").open()))
     finals = {(r["variant"], int(r["seed"])): float(r["final_global_accuracy"]) for r in rows}
     [paired] = table["paired"]
-    assert paired["diffs"] == pytest.approx([finals[("scaled_light", s)] - finals[(MY_PROX, s)] for s in (0, 1)])
+    assert paired["diffs"] == pytest.approx([finals[("scaled_light", s)] - finals[("my_prox", s)] for s in (0, 1)])
     assert paired["wins"] == sum(d > 0 for d in paired["diffs"])
-    assert f"paired against {MY_PROX}" in result.stdout
+    assert "paired against my_prox" in result.stdout  # --baseline named it by its reference
     assert "scaled_light: algorithm.name=my_lab.scaled:Scaled" in result.stdout
     run_dir = Path(next(r["run_dir"] for r in rows if r["variant"] == "scaled_light"))
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["algorithm"]["my_scaled"] == {"mu": 0.001, "scale": 2.0}
     assert config["train"]["optimizer"]["lr"] == 0.05
     page = (out_dir / "report.html").read_text()
-    assert f"Paired against {MY_PROX}" in page and "algorithm.my_scaled.mu=0.001" in page
+    assert "Paired against my_prox" in page and "algorithm.my_scaled.mu=0.001" in page
+    parent_id = re.search(r"MLflow parent run (\w+)", result.stdout).group(1)
+    client = MlflowClient(f"sqlite:///{lab / 'mlflow.db'}")
+    parent = client.get_run(parent_id)
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    assert parent.info.run_name == "compare-lab my_prox,scaled_light scale=2.0"
+    assert sorted(run.info.run_name for run in children) == [
+        "lab-my_prox-s0 scale=2.0", "lab-my_prox-s1 scale=2.0",
+        "lab-scaled_light-s0 scale=2.0 mu=0.001 lr=0.05", "lab-scaled_light-s1 scale=2.0 mu=0.001 lr=0.05"]
 
 def test_mooring_sweep_searches_the_outside_method_s_own_ranges(lab):
     import optuna
@@ -229,6 +241,40 @@ def test_a_method_that_returns_client_state_without_declaring_it_is_refused_not_
                                 "so it would be dropped; declare keeps_client_state = True to keep it"), engine
 
 
+def test_a_method_that_only_adds_a_metric_keeps_no_client_state_and_its_metric_reaches_the_server(lab):
+    """`client_metrics` sends a metric up beside the loss without the client state `client_result` implies: the
+    clients are balanced over actors like FedAvg's, and the metric reaches `round_metrics` on both engines."""
+    from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.federation import run_in_process
+    from tasks.algorithms import ALGORITHMS
+
+    (lab / "my_lab" / "metered.py").write_text(textwrap.dedent("""
+        from my_lab.method import MyProx
+
+
+        class Metered(MyProx):
+            name = "metered"
+
+            def client_metrics(self, trained, train_loss, payload, data, client_state, ctx):
+                return {"samples_seen": float(data.num_samples)}
+
+            def round_metrics(self, state, updates, round_idx):
+                return {"samples_seen": sum(u.metrics["samples_seen"] for u in updates)}
+    """))
+    (lab / "metered.yaml").write_text(yaml.safe_dump(lab_config(lab, "my_lab.metered:Metered")))
+    for engine in ("sequential", "vectorized"):
+        with working_directory(lab):
+            cfg = load_config("metered.yaml", [f"train.engine={engine}", "train.rounds=2"])
+            assert not ALGORITHMS.get(cfg.algorithm.name).capabilities().keeps_client_state
+            data = prepare_data(cfg)
+            history = run_in_process(cfg, data)
+        from orchestrator.server.sampling import sample_clients
+
+        sizes = [data.client_data(c).num_samples for c in range(data.num_clients)]
+        sampled = [sample_clients(cfg.seed, t, data.num_clients, cfg.clients_per_round) for t in range(2)]
+        assert [m["samples_seen"] for m in history] == [float(sum(sizes[c] for c in s)) for s in sampled], engine
+
+
 def pytest_in(directory: Path, *argv: str) -> str:
     """A fresh `python -m pytest` in `directory`, as a user runs a new method's tests from there; its summary."""
     test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *argv], cwd=directory,
@@ -250,6 +296,26 @@ def test_mooring_new_method_writes_the_documented_method_and_a_test_of_its_loss_
     assert capsys.readouterr().err.splitlines() == [
         f"error: mooring new method: {tmp_path / 'my_prox.py'}, {tmp_path / 'test_my_prox.py'} already exists; "
         "nothing was written"]
+
+
+@pytest.mark.parametrize("template", ["--client", "--server"])
+def test_the_client_and_server_templates_write_tests_that_pass_as_written_in_seconds(tmp_path, template):
+    """A method that changes the client's loss, and one that changes the server's aggregation: each written test
+    passes as it is, run as a user runs it (PyTorch's default threads: no OMP_NUM_THREADS, which this suite sets),
+    each test in seconds (the two-engine test took 49-110 s on a thread per core beside other work)."""
+    from orchestrator import cli
+
+    assert cli.main(["new", "method", "my_method", template, "--dir", str(tmp_path)]) == 0
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0",
+                           "--durations-min=0", "test_my_method.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env={**env, "PYTHONPATH": str(ROOT)})
+    assert test.returncode == 0 and "2 passed" in test.stdout, test.stdout[-3000:]
+    seconds = [float(s) for s in re.findall(r"^([0-9.]+)s call ", test.stdout, re.M)]
+    assert len(seconds) == 2 and max(seconds) < 30, test.stdout[-3000:]
+    written = (tmp_path / "my_method.py").read_text()
+    assert ("def aggregate(" in written) == (template == "--server")
+    assert ("def local_loss(" in written) == (template == "--client")
 
 
 def test_a_new_method_below_the_working_directory_is_a_package_module_named_from_there(tmp_path, monkeypatch):

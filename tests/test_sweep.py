@@ -92,6 +92,14 @@ def test_sweep_runs_until_n_trials_are_complete_or_pruned(small_sweep):
     assert "2 complete, 2 pruned, 1 failed" in out
 
 
+def test_the_sweep_prints_where_its_report_is(small_sweep):
+    path, _, out, _ = small_sweep
+    sweep_dir = path.parent / "runs" / "sweeps" / "small"
+    [saved] = [line for line in out.splitlines() if line.startswith("saved ")]
+    assert saved.startswith(f"saved {sweep_dir}/report.html, ") and "trials.csv" in saved and "best_config.yaml" in saved
+    assert all((sweep_dir / name).is_file() for name in saved.removeprefix(f"saved {sweep_dir}/").split(", "))
+
+
 def test_a_trial_that_cannot_learn_is_pruned_after_its_first_round(small_sweep):
     _, study, _, err = small_sweep
     pruned, complete = study.trials[3], study.trials[0]

@@ -1,10 +1,15 @@
 """`mooring new method NAME`: a method file of your own and its test, to fill in.
 
-The method is FedProx, as docs/design.md's "Adding a method" shows it (a test checks that the two agree): a
-method that runs as written, whose loss you then replace with yours; with --stateful, SCAFFOLD-sized (client state,
-server state, an extra upload), as that section's "A method with state" shows it. The test checks its loss against a hand
-computation on tiny tensors (change it with the loss), and that both engines train it alike on padded batches
-(orchestrator/experiment/engine_check.py). Nothing is overwritten.
+Three templates, each a method that runs as written and a test that passes as written, in seconds:
+- `--client` (the default): a method that changes the client's loss, FedProx's, as docs/design.md's "Adding a
+  method" shows it (a test checks that the two agree); its test checks the loss against a hand computation on tiny
+  tensors (change it with the loss), and that both engines train it alike on padded batches of a tiny federation
+  (orchestrator/experiment/engine_check.py);
+- `--server`: a method that changes the server's aggregation (a step of `server_lr` toward the clients' mean); its
+  test checks the aggregation by hand and runs two rounds of a tiny federation end to end (`mooring.run`);
+- `--stateful`: SCAFFOLD-sized (client state, server state, an extra upload), as that section's "A method with
+  state" shows it; its test checks the control variate by hand, and both engines alike.
+Nothing is overwritten.
 
 Where the files go decides how the method is named (docs/method-contract.md, "Your method's files"): a `--dir` below
 the working directory is a package, imported from the working directory (`--dir my_lab` makes
@@ -57,9 +62,61 @@ def test_the_loss_is_cross_entropy_plus_half_mu_times_the_squared_distance_to_th
     assert math.isclose(loss.item(), -math.log(0.75) + 0.5 * 0.5 * (1.0 + 4.0), rel_tol=1e-6)
 
 def test_both_engines_train_it_alike_on_padded_batches(tmp_path):
-    """Six clients of unequal sizes, batch 8: the vectorized engine pads short batches with weight-0 samples, so the
-    loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is the reference."""
-    assert engine_differences({cls}, tmp_path) == []
+    """Six clients of unequal sizes, batch 8, a small model: the vectorized engine pads short batches with weight-0
+    samples, so the loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is
+    the reference."""
+    assert engine_differences({cls}, tmp_path, "model.hidden=[16]") == []
+'''
+
+
+SERVER_METHOD = '''"""{cls}: FedAvg whose server steps `server_lr` of the way from the global model to the clients' weighted
+mean (1 is FedAvg's mean), to replace with your aggregation."""
+from tasks.algorithms.base import Algorithm, HyperParams, searchable, weighted_average
+
+
+class {cls}Params(HyperParams):
+    server_lr: float = searchable(1.0, 0.1, 2.0, gt=0, description="the server's step toward the clients' mean")
+
+
+class {cls}(Algorithm):
+    name = "{name}"
+    Params = {cls}Params
+    follows_averaging = True  # it weighs clients by aggregation_weights, so algorithm.averaging applies
+
+    def aggregate(self, state, updates, round_idx):  # updates in client-id order; possibly none
+        if not updates:
+            return state
+        mean = weighted_average([u.tensors for u in updates], self.aggregation_weights(updates))
+        step = self.params.server_lr
+        model = {{k: w + step * (mean[k] - w) if w.is_floating_point() else mean[k] for k, w in state["model"].items()}}
+        return {{**state, "model": model}}
+'''
+
+SERVER_TEST = '''"""{cls}'s aggregation by hand on tiny tensors, and two rounds of it on a tiny federation.
+Run: {run}"""
+import torch
+
+import mooring
+from tasks.algorithms.base import ClientUpdate, Setup
+from {module} import {cls}, {cls}Params
+
+# four clients of the digits, a small model, two rounds, nothing tracked: a run of a few seconds
+TINY = {{"data.num_clients": 4, "model.hidden": [16], "train.rounds": 2, "tracking.enabled": False}}
+
+
+def test_the_server_steps_server_lr_of_the_way_to_the_clients_weighted_mean():
+    method = {cls}({cls}Params(server_lr=0.5), Setup(num_classes=2, input_shape=(1,), num_clients=2, model_name="mlp"))
+    state = {{"model": {{"w": torch.tensor([0.0, 0.0])}}}}
+    updates = [ClientUpdate(0, 1, tensors={{"w": torch.tensor([4.0, 0.0])}}),  # 1 sample
+               ClientUpdate(1, 3, tensors={{"w": torch.tensor([0.0, 4.0])}})]  # 3 samples: the mean is (1, 3)
+    assert torch.allclose(method.aggregate(state, updates, 0)["model"]["w"], torch.tensor([0.5, 1.5]))
+
+
+def test_two_rounds_of_a_tiny_federation_train_it(tmp_path):
+    run = mooring.run(None, {{**TINY, "algorithm.name": "{module}:{cls}", "checkpoint.dir": str(tmp_path / "runs"),
+                             "data.partitions_dir": str(tmp_path / "partitions")}}, progress=False)
+    loss = run.history["train_loss"]
+    assert list(loss.index) == [1, 2] and loss.iloc[1] < loss.iloc[0]  # the clients' loss fell
 '''
 
 
@@ -152,10 +209,15 @@ def test_after_one_plain_sgd_step_the_client_variate_is_the_gradient_at_the_star
         assert torch.allclose(update.stats["delta_c"][name], p.grad + 0.2, atol=1e-5)
 
 def test_both_engines_train_it_alike_on_padded_batches(tmp_path):
-    """Six clients of unequal sizes, batch 8: the vectorized engine pads short batches with weight-0 samples, so the
-    loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is the reference."""
-    assert engine_differences({cls}, tmp_path) == []
+    """Six clients of unequal sizes, batch 8, a small model: the vectorized engine pads short batches with weight-0
+    samples, so the loss must honour `weight` (docs/method-contract.md, "Rules for a loss"); the sequential engine is
+    the reference."""
+    assert engine_differences({cls}, tmp_path, "model.hidden=[16]") == []
 '''
+
+# --client, --server, --stateful: the method file and its test
+TEMPLATES = {"client": (METHOD, TEST), "server": (SERVER_METHOD, SERVER_TEST),
+             "stateful": (STATEFUL_METHOD, STATEFUL_TEST)}
 
 
 def configure(parser) -> None:
@@ -164,9 +226,14 @@ def configure(parser) -> None:
     method.add_argument("name", help="the method's name: a Python identifier (my_prox, class MyProx), not a built-in "
                         "method's nor a module's that it would shadow (random, os, torch)")
     method.add_argument("--dir", default=".", help="where to write the two files (default: here)")
-    method.add_argument("--stateful", action="store_true",
-                        help="a method with client state, server state and an extra upload (SCAFFOLD-sized) "
-                             "instead of FedProx's loss")
+    template = method.add_mutually_exclusive_group()
+    template.add_argument("--client", dest="template", action="store_const", const="client",
+                          help="a method that changes the client's loss: FedProx's (the default)")
+    template.add_argument("--server", dest="template", action="store_const", const="server",
+                          help="a method that changes the server's aggregation: a step toward the clients' mean")
+    template.add_argument("--stateful", dest="template", action="store_const", const="stateful",
+                          help="a method with client state, server state and an extra upload (SCAFFOLD-sized)")
+    method.set_defaults(template="client")
 
 
 @dataclass(frozen=True)
@@ -194,12 +261,12 @@ def layout(name: str, directory: Path, cwd: Path | None = None) -> Layout:
     return Layout(".".join([*parts, name]), cwd, missing)
 
 
-def method_files(name: str, stateful: bool = False, module: str | None = None) -> dict[str, str]:
-    """{file name: text} of a new method NAME and its test: FedProx's loss, or with `stateful` SCAFFOLD's state;
-    the test imports the method as `module` (default: NAME, a flat module)."""
+def method_files(name: str, template: str = "client", module: str | None = None) -> dict[str, str]:
+    """{file name: text} of a new method NAME and its test from TEMPLATES[template] (the client's loss, the server's
+    aggregation, SCAFFOLD's state); the test imports the method as `module` (default: NAME, a flat module)."""
     module = module or name
     values = {"name": name, "cls": method_class(name), "module": module, "run": test_command(module, name)}
-    method, test = (STATEFUL_METHOD, STATEFUL_TEST) if stateful else (METHOD, TEST)
+    method, test = TEMPLATES[template]
     return {f"{name}.py": method.format(**values), f"test_{name}.py": test.format(**values)}
 
 
@@ -242,7 +309,7 @@ def main(args) -> int:
     directory = Path(args.dir)
     check_name(args.name, directory)
     where = layout(args.name, directory)
-    files = method_files(args.name, args.stateful, where.module)
+    files = method_files(args.name, args.template, where.module)
     existing = [str(directory / f) for f in files if (directory / f).exists()]
     if existing:
         raise ConfigError(f"mooring new method: {', '.join(existing)} already exists; nothing was written")

@@ -73,7 +73,7 @@ def main(args) -> int:
     try:
         cfg, data, before_run, tracker = config_and_ray(args, local_instance)
         result = run_experiment(cfg, address=args.address, resume_dir=args.resume, from_round=args.from_round,
-                                progress=not args.quiet, data=data, tracker=tracker)
+                                progress=not args.quiet, data=data, tracker=tracker, run_name=named(cfg, args))
     except BaseException:
         if local_instance and ray_session_held():
             shutdown_ray()
@@ -117,6 +117,16 @@ def check_resume_args(args) -> None:
     if args.resume and args.config is not None:
         raise ConfigError(f"mooring run {args.config} --resume {args.resume}: a resume continues the run with its own "
                           f"config ({args.resume}/config.yaml); give no CONFIG (change what may change with --set)")
+
+
+def named(cfg, args) -> str | None:
+    """A new run's MLflow name: its config, method and seed, and what --set changes (a resumed run keeps its own)."""
+    if args.resume:
+        return None
+    from orchestrator.reporting.run_names import run_name
+    from pipelines.compare import dotted_set
+
+    return run_name(cfg.name, cfg.algorithm.block_name, cfg.seed, dotted_set(args.overrides))
 
 
 def config_and_ray(args, start_ray: bool):

@@ -53,18 +53,19 @@ from orchestrator.reporting.tracking import Tracker
 def run_experiment(cfg: ExperimentConfig, *, address: str | None = None, resume_dir: str | None = None,
                    progress: bool = True, parent_run_id: str | None = None, on_round=None,
                    stop_after: int | None = None, run_dir: str | None = None,
-                   from_round: int | None = None, data=None, tracker=None) -> RunResult:
+                   from_round: int | None = None, data=None, tracker=None, run_name: str | None = None) -> RunResult:
     """Run (or resume) one experiment. `on_round(metrics)` may raise to stop it (sweeps prune this way);
     `stop_after` stops after that many rounds in total, leaving a checkpoint (for resume tests);
     `from_round` resumes from that round's checkpoint instead of the latest; `data`, a Future of the
     FederatedData of `prepare_data(cfg)` being prepared already (`mooring run` starts it while Ray starts);
-    `tracker`, a TrackerProcess launched already to track the run from a process of its own (`mooring run`).
+    `tracker`, a TrackerProcess launched already to track the run from a process of its own (`mooring run`);
+    `run_name`, its MLflow run's name (default CONFIG-METHOD-sSEED).
 
     SIGINT/SIGTERM (in the main thread) end the rounds in flight (or abandon one after ROUND_GRACE_SECONDS),
     write a checkpoint, end the MLflow run KILLED and raise RunInterrupted. A run that fails during set-up
     leaves no run directory behind (unless it was resumed) and ends its MLflow run FAILED."""
     request = RunRequest(cfg, address, resume_dir, progress, parent_run_id, on_round, stop_after, run_dir,
-                         from_round, data, tracker)
+                         from_round, data, tracker, run_name)
     note = optimizer_note(cfg)  # a plain-SGD method under momentum: its documented adjustment, in one line
     if note and progress:
         print(f"note: {note}", file=sys.stderr)

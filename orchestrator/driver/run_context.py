@@ -28,6 +28,7 @@ class RunRequest:
     from_round: int | None = None
     data: Future | None = None
     tracker: Any | None = None  # a TrackerProcess already launched (orchestrator/reporting/tracker_process.py)
+    run_name: str | None = None  # its MLflow run's name (None: orchestrator/reporting/run_names.py, run_name)
 
     @property
     def last_round(self) -> int:

@@ -24,6 +24,7 @@ from orchestrator.ray_runtime.ray_start import (
     in_a_ray_task,
     may_run_without_ray,
 )
+from orchestrator.reporting import run_names
 from orchestrator.reporting.phases import Phases
 from orchestrator.reporting.results import run_params
 from orchestrator.reporting.tracking import Tracker
@@ -82,7 +83,7 @@ def set_up(ctx: RunContext):
                     "seed": str(cfg.seed), "code_version": code_version(), "run_dir": log.run_dir}
             tracking_started = background.submit(
                 timed, phases, "start: MLflow run (in the background)", start_tracking, tracker_opened, tags,
-                run_params(cfg), f"{cfg.name}-{cfg.algorithm.block_name}-s{cfg.seed}",
+                run_params(cfg), ctx.request.run_name or run_names.run_name(cfg.name, cfg.algorithm.block_name, cfg.seed),
                 ctx.request.parent_run_id, log.read_json("run.json").get("mlflow_run_id"))
             # matplotlib, for the plot at the end: imported while the coordinator starts, the driver mostly waiting,
             # rather than during the first rounds, where it held the driver's GIL as their results came in

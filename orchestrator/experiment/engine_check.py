@@ -48,7 +48,19 @@ def differences(a: Any, b: Any, atol: float = SGD_ATOL, where: str = "") -> list
 def engine_differences(method: type | str, workdir: str | Path, *overrides: str, rounds: int = 2) -> list[str]:
     """Where the two engines' results differ for `method` (a class, or a `module:Class` reference) on the digits
     split into six uneven clients: every client's update (tensors, stats, metrics but seconds) and state, round after
-    round from the same server state; [] when they agree. Partitions are stored under `workdir`."""
+    round from the same server state; [] when they agree. Partitions are stored under `workdir`. It trains on one
+    thread, as a client actor of one CPU does: PyTorch's default of a thread per core made its hundreds of tiny
+    steps ten times slower beside other work (a method's first test took 49-110 s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return compared_engines(method, workdir, overrides, rounds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def compared_engines(method: type | str, workdir: str | Path, overrides: tuple[str, ...], rounds: int) -> list[str]:
+    """`engine_differences` on the threads it is given."""
     from orchestrator.clients.client_calls import CallKind, ClientCall
     from orchestrator.clients.client_host import ClientHost
     from orchestrator.experiment.config import load_config

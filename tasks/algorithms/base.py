@@ -12,6 +12,7 @@ Read it like Flower's strategy API:
                                                              the round's phases if it has several (FedRep)
              local_loss(params, x, y, h, logits, inputs)  -> the per-batch loss (CE plus the method's term)
              client_result(trained, loss, ...)            -> the update sent up and the client's next state
+             client_metrics(trained, loss, ...)           -> metrics sent up beside the loss (no client state)
              client_evaluate(...)   -> personalized accuracy on the client's own test split
 
 The engines (tasks/algorithms/engines.py) own the loop, the optimizer and the masks: `sequential` trains one
@@ -127,8 +128,14 @@ class Algorithm:
     # derived from the hooks the method defines.
     personalized: ClassVar[bool | None] = None  # evaluates clients' own models (derived: defines client_evaluate)
     has_global_model: ClassVar[bool] = True  # evaluated on the global test set
+    # what the global model is where it is no model the clients trained as a whole (FedPer, FedRep: the shared body
+    # under the initial head); the comparison table marks its global accuracy with it ("": nothing to say)
+    global_model_note: ClassVar[str] = ""
+    # how a comparison's table and MLflow call a method named by reference (module:Class); "": its `name`
+    label: ClassVar[str] = ""
     # a client's state persists between its rounds, so it trains on the actor that holds it (derived: defines
-    # init_client, client_result or client_update); False lets the coordinator balance a round's clients
+    # init_client, client_result or client_update; not client_metrics); False lets the coordinator balance a
+    # round's clients
     keeps_client_state: ClassVar[bool | None] = None
     # why the vectorized engine cannot train this method ("" = it can); docs/design.md, "How it runs", lists every reason
     not_vectorized: ClassVar[str] = ""
@@ -244,11 +251,18 @@ class Algorithm:
         the vectorized engine calls it under `torch.func.vmap`."""
         return cross_entropy(logits, y, weight)
 
+    def client_metrics(self, trained: State, train_loss: float, payload: State, data: ClientData,
+                       client_state: State, ctx: RoundContext) -> dict[str, float]:
+        """Metrics of the client's round sent up beside `train_loss` in its update's `metrics` (read them in
+        `round_metrics`); defining it keeps no client state, as defining `client_result` does."""
+        return {}
+
     def client_result(self, trained: State, train_loss: float, payload: State, data: ClientData,
                       client_state: State, ctx: RoundContext) -> tuple[ClientUpdate, State]:
         """The update sent up and the client's next state, from its trained model's tensors (CPU copies)."""
-        return ClientUpdate(data.client_id, data.num_samples, tensors=trained,
-                            metrics={"train_loss": train_loss}), client_state
+        metrics = {**self.client_metrics(trained, train_loss, payload, data, client_state, ctx),
+                   "train_loss": train_loss}
+        return ClientUpdate(data.client_id, data.num_samples, tensors=trained, metrics=metrics), client_state
 
     def client_update(self, payload: State, data: ClientData, client_state: State,
                       ctx: RoundContext) -> tuple[ClientUpdate, State]:

@@ -34,7 +34,8 @@ class Capabilities:
     # `aggregate` and `round_metrics` are FedAvg's: the server reads nothing of the updates but the
     # sample-weighted mean of their models, so sums of models may replace them (resources.partial_sums)
     averages_models: bool = True
-    # the update sent up is the trained model as it is (FedAvg's `client_result`, no own `client_update`)
+    # the update sent up is the trained model and its loss as they are (FedAvg's `client_result`, no own
+    # `client_update` or `client_metrics`)
     uploads_trained_model: bool = True
     # what goes down is FedAvg's `payload`, the global model alone (buffered aggregation may then run it)
     broadcasts_model: bool = True
@@ -60,7 +61,7 @@ def derive_capabilities(cls: type, base: type) -> Capabilities:
 
     own_training = has("client_update")
     keeps = cls.keeps_client_state
-    if keeps is None:  # a method that never hands back a state of its own keeps none
+    if keeps is None:  # a method that never hands back a state of its own keeps none (client_metrics hands none)
         keeps = has("init_client") or has("client_result") or own_training
     personalized = cls.personalized if cls.personalized is not None else has("client_evaluate")
     return Capabilities(
@@ -71,7 +72,7 @@ def derive_capabilities(cls: type, base: type) -> Capabilities:
         setup_exchange=has("server_setup"),
         pre_round_exchange=has("server_pre_round"),
         averages_models=not (has("aggregate") or has("round_metrics")),
-        uploads_trained_model=not (has("client_result") or own_training),
+        uploads_trained_model=not (has("client_result") or has("client_metrics") or own_training),
         broadcasts_model=not has("payload"),
         steps_with_hooks=has("step_hooks"),
     )

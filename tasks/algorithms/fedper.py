@@ -19,6 +19,8 @@ class PersonalHeadMethod(InitialHead, PersonalizedModel, Algorithm):
 
     keeps_client_state = True
     Params = PersonalEvalParams
+    global_model_note = ("the shared body under the initial head, a head no client trained it with "
+                         "(docs/methods/fednh.md §5.1)")
 
     def payload(self, state, round_idx):
         return {"model": body_of(state["model"])}

@@ -21,9 +21,8 @@ from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResult
 from orchestrator.clients.client_engines import SequentialEngine, VectorizedEngine
 from orchestrator.clients.client_groups import ClientGroups
 from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 from orchestrator.experiment.methods import build_algorithm
-from orchestrator.server.evaluation import accuracies_on_test_sets
-from orchestrator.server.robust_round import poisoned_data
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, count_correct, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
@@ -32,7 +31,7 @@ from tasks.algorithms.faults import method_hook
 from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
-from tasks.robust.attacks import fixed_malicious
+from tasks.robust.attacks import fixed_malicious, poisoned_data
 
 SETUP_STREAM = 0x5E7
 

@@ -4,7 +4,7 @@ The method is FedProx, as docs/design.md's "Adding a method" shows it (a test ch
 method that runs as written, whose loss you then replace with yours; with --stateful, SCAFFOLD-sized (client state,
 server state, an extra upload), as that section's "A method with state" shows it. The test checks its loss against a hand
 computation on tiny tensors (change it with the loss), and that both engines train it alike on padded batches
-(orchestrator/experiment/engine_check.py). Nothing is overwritten.
+(orchestrator/server/engine_check.py). Nothing is overwritten.
 
 Where the files go decides how the method is named (docs/method-contract.md, "Your method's files"): a `--dir` below
 the working directory is a package, imported from the working directory (`--dir my_lab` makes
@@ -43,7 +43,7 @@ import math
 
 import torch
 
-from orchestrator.experiment.engine_check import engine_differences
+from orchestrator.server.engine_check import engine_differences
 from tasks.algorithms.base import Setup
 from {module} import {cls}, {cls}Params
 
@@ -127,7 +127,7 @@ Run: {run}"""
 import torch
 import torch.nn.functional as F
 
-from orchestrator.experiment.engine_check import engine_differences
+from orchestrator.server.engine_check import engine_differences
 from tasks.algorithms.base import ClientData, RoundContext, Setup, TrainSettings
 from {module} import {cls}
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 
 # resources.clients_on = auto: a round of at most this many optimizer steps in all (clients per round × a client's
-# mean local steps) trains in the coordinator's process (orchestrator/ray_runtime/placement.py). Above it, client actors' parallel training outweighs
-# the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
+# mean local steps) trains in the coordinator's process (orchestrator/ray_runtime/placement.py). Above it, client
+# actors' parallel training outweighs the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
 # (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
 SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
 # The same for a model whose step costs its arithmetic (tasks/algorithms/engines.py: large_model; acar_cnn's step of
@@ -30,7 +30,6 @@ def small_round_steps(engine: str, algorithm) -> int:
     from tasks.algorithms.engines import large_model
 
     return LARGE_MODEL_ROUND_STEPS if large_model(algorithm) else SMALL_ROUND_STEPS[engine]
-
 
 
 def client_blocks(costs: list[float], clients_per_round: int, group_steps: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""docs/design.md's "One round in ten steps": at most ten steps, each naming at least one function as
+"""docs/design.md's "One round in nine steps": at most ten steps, each naming at least one function as
 `module.path:Qualified.name`, and every name it gives importable where the page says (import, then getattr)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 DESIGN = Path(__file__).resolve().parent.parent / "docs" / "design.md"
-HEADING = "## One round in ten steps"
+HEADING = "## One round in nine steps"
 REFERENCE = re.compile(r"`([A-Za-z_][\w.]*):([A-Za-z_][\w.]*)`")
 STEP = re.compile(r"^(\d+)\. ", re.M)
 

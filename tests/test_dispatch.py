@@ -90,8 +90,8 @@ def test_a_guest_client_trains_exactly_as_on_its_own_host(workdir):
     cfg = load_config("configs/default.yaml", TINY + workdir)
     data = prepare_data(cfg)
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
-    at_home = ClientHost(cfg, data, [1]).update(payload, 1, 0)
-    as_guest = ClientHost(cfg, data, [0]).update(payload, 1, 0)
+    at_home = ClientHost(cfg, data, [1]).call(ClientCall(CallKind.UPDATE, payload, [1], 0)).results[1]
+    as_guest = ClientHost(cfg, data, [0]).call(ClientCall(CallKind.UPDATE, payload, [1], 0)).results[1]
     assert as_guest.num_samples == at_home.num_samples
     for key, tensor in at_home.tensors.items():
         assert torch.equal(tensor, as_guest.tensors[key]), key
@@ -102,7 +102,7 @@ def test_a_client_with_state_is_never_trained_as_a_guest(workdir):
     data = prepare_data(cfg)
     server = Server(cfg, data)
     with pytest.raises(KeyError, match="keeps client state"):
-        ClientHost(cfg, data, [0]).update(server.algorithm.payload(server.state, 0), 1, 0)
+        ClientHost(cfg, data, [0]).call(ClientCall(CallKind.UPDATE, server.algorithm.payload(server.state, 0), [1], 0))
 
 
 @pytest.mark.ray

@@ -27,8 +27,6 @@ import importlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +34,8 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 from torch.optim.sgd import sgd
 
+from benchmarks.workload import Workload, accuracy
 from orchestrator.process_memory import keep_freed_memory
-from tasks.algorithms.base import batch_indices, seeded_generator
 
 
 def plain_mlp(input_dim: int, hidden: list[int], feature_dim: int, num_classes: int) -> nn.Module:
@@ -47,28 +45,6 @@ def plain_mlp(input_dim: int, hidden: list[int], feature_dim: int, num_classes: 
     for a, b in zip(widths[:-1], widths[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers, nn.Linear(feature_dim, num_classes))
-
-
-@dataclass
-class Workload:
-    """Everything a round needs, prepared before the clock starts."""
-
-    clients: list[tuple[torch.Tensor, torch.Tensor]]  # each client's training (x, y)
-    per_round: list[list[int]]  # the sampled clients of each round
-    train: Any  # the config's TrainConfig
-    seed: int
-    eval_every: int
-    test: tuple[torch.Tensor, torch.Tensor]
-    eval_batch: int  # samples a forward pass of the evaluation (eval.batch_size, as Mooring evaluates)
-
-    def batches(self, round_idx: int, cid: int) -> list[torch.Tensor]:
-        """The client's mini-batches of the round, as Mooring draws them (its generator seeded from the run seed,
-        the round and the client)."""
-        return batch_indices(len(self.clients[cid][1]), self.train, seeded_generator(self.seed, round_idx, cid))
-
-    def evaluated(self, round_idx: int) -> bool:
-        last = round_idx == len(self.per_round) - 1
-        return bool(self.eval_every) and ((round_idx + 1) % self.eval_every == 0 or last)
 
 
 def check_supported(cfg, vectorized: bool = False, models: tuple[str, ...] = ("mlp",)) -> None:
@@ -102,15 +78,6 @@ def load_workload(cfg) -> tuple[Workload, nn.Module]:
     model = plain_mlp(workload.clients[0][0][0].numel(), list(options.get("hidden", [128])),
                       options.get("feature_dim", 64), data.num_classes)
     return workload, model
-
-
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
-    """Top-1 accuracy, forwarding `batch` samples at a time."""
-    if not len(y):
-        return float("nan")
-    with torch.no_grad():
-        correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
-    return correct / len(y)
 
 
 def train_rounds(model: nn.Module, w: Workload, round_ends: list[float] | None = None) -> list[float]:

@@ -23,7 +23,6 @@ import time
 from torch import nn
 
 from benchmarks.bare_loop import (
-    Workload,
     check_supported,
     loop_arguments,
     prepare_workload,
@@ -32,6 +31,7 @@ from benchmarks.bare_loop import (
     throwaway_round,
 )
 from benchmarks.common import loop_options, loop_process
+from benchmarks.workload import Workload
 
 MODELS = ("acar_cnn", "char_rnn")
 

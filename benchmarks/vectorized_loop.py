@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from benchmarks.bare_loop import Workload, accuracy
+from benchmarks.workload import Workload, accuracy
 
 
 def masked_loss(model: nn.Module):

@@ -12,24 +12,8 @@ import importlib
 import os
 import sys
 
-# name → (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("orchestrator.commands.run", "run one federated experiment from a YAML config"),
-    "compare": ("pipelines.compare", "compare algorithms (and seeds) on one config and the same partition"),
-    "sweep": ("pipelines.sweep_cli", "search hyperparameters with Optuna, trials on Ray"),
-    "submit": ("orchestrator.commands.submit", "submit run/compare/sweep to a Ray cluster as a job"),
-    "jobs": ("orchestrator.commands.jobs", "list, inspect, follow or stop submitted jobs"),
-    "bench": ("pipelines.bench", "run the performance benchmarks"),
-    "claims": ("pipelines.claims", "check the papers' claims on real digits and write docs/claims.md"),
-    "table": ("pipelines.tables", "a paper's results tables, every cell run, beside its numbers: docs/tables/"),
-    "config": ("orchestrator.commands.config", "show the resolved config"),
-    "data": ("orchestrator.commands.data", "show each client's class histogram"),
-    "ui": ("orchestrator.commands.ui", "open the MLflow UI on the run store"),
-    "new": ("orchestrator.commands.new", "write a new method file and its test, to fill in"),
-}
-
-USAGE_ERROR = 2
-RUN_ERROR = 1
+from orchestrator.commands import COMMANDS
+from orchestrator.errors import RUN_ERROR, USAGE_ERROR
 
 
 def build_parser(command: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:

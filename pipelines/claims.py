@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.commands.common import add_outside_code_arg, apply_outside_code
+from orchestrator.arguments import add_outside_code_arg, apply_outside_code
 from pipelines.compare import Comparison, compare
 from pipelines.paired import Verdict, paired_verdict
 from tasks.json_data import JsonProblem, parse_json

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.commands.common import (
+from orchestrator.arguments import (
     add_address_arg,
     add_config_args,
     add_outside_code_arg,
@@ -116,7 +116,7 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
     """The submit-and-collect loop; returns the runs still in flight (none unless a stop signal came)."""
     import ray
 
-    from orchestrator.io.run_dir import new_run_dir
+    from orchestrator.driver.run_dir import new_run_dir
 
     remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
     pending: dict[Any, Job] = {}
@@ -459,7 +459,7 @@ def refuse_duplicates(option: str, text: str | None, values: list) -> None:
 
 
 def main(args) -> int:
-    from orchestrator.commands.common import check_output_file
+    from orchestrator.arguments import check_output_file
     from orchestrator.experiment.config import ConfigError, load_config
 
     check_parallel(args.parallel)
@@ -492,7 +492,7 @@ def main(args) -> int:
     print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
     if comp.failed:
-        from orchestrator.cli import RUN_ERROR
+        from orchestrator.errors import RUN_ERROR
 
         print(f"error: {len(comp.failed)} of {len(comp.rows)} runs failed (marked FAILED in the table)", file=sys.stderr)
         return RUN_ERROR

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from orchestrator.commands.common import add_address_arg, add_outside_code_arg, apply_outside_code
+from orchestrator.arguments import add_address_arg, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
@@ -31,7 +31,7 @@ def configure(parser) -> None:
 
 
 def main(args) -> int:
-    from orchestrator.commands.common import check_output_file
+    from orchestrator.arguments import check_output_file
     from orchestrator.experiment.config import ConfigError
     from pipelines.sweep import best_recorded_on_test, load_best, print_result, run_sweep
     from pipelines.sweep_driver import format_params

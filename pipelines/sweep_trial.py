@@ -124,7 +124,7 @@ def one_line(e: BaseException) -> str:
 
 def trial_run_id(cfg: ExperimentConfig) -> str | None:
     """The MLflow run of a trial, from run.json in the trial's only run directory (there even if it raised)."""
-    from orchestrator.io.run_dir import RunLog
+    from orchestrator.driver.run_dir import RunLog
 
     for name in storage.list_dir(cfg.checkpoint.dir):
         run_id = RunLog(storage.join(cfg.checkpoint.dir, name)).read_json("run.json").get("mlflow_run_id")

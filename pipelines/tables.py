@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.commands.common import add_outside_code_arg
+from orchestrator.arguments import add_outside_code_arg
 from pipelines.claims import saved_comparison
 from pipelines.comparison import Comparison
 from pipelines.table_config import (
@@ -280,8 +280,8 @@ class Preflight:
         self.problems: dict[str, str] = {}
 
     def check(self, setting: str, cfg, seeds: list[int]) -> None:
+        from orchestrator.driver.run_dir import check_output_dirs
         from orchestrator.experiment.config import ConfigError
-        from orchestrator.io.run_dir import check_output_dirs
         from tasks.data.datasets import DataFileError, DatasetNotFound
         from tasks.data.partition import PartitionError
 
@@ -395,7 +395,7 @@ def default_out(spec: TableFile, budget: str) -> str:
 
 
 def main(args) -> int:
-    from orchestrator.commands.common import apply_outside_code, check_output_file
+    from orchestrator.arguments import apply_outside_code, check_output_file
     from orchestrator.experiment.config import ConfigError
     from pipelines.compare import check_parallel, parse_list
 

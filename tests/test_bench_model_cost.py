@@ -93,7 +93,7 @@ def test_the_model_cost_report_sets_each_row_against_both_loops_and_its_target()
 def test_bench_passes_the_cnn_and_lstm_options_to_their_measure():
     import argparse
 
-    from pipelines.bench import configure, measure_options
+    from orchestrator.commands.bench import configure, measure_options
 
     parser = argparse.ArgumentParser()
     configure(parser)

@@ -11,12 +11,12 @@ import torch
 from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResults
 from orchestrator.clients.client_groups import ClientGroups, client_blocks
 from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.client_work import client_costs
 from orchestrator.driver.run import run_experiment
 from orchestrator.experiment.config import load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
 from orchestrator.server.federation import Server
-from orchestrator.server.sampling import client_costs
 from tests.test_engines import VECTORIZED, tiny
 
 # 6 clients, 5 a round, one epoch of batch 8: about 107 expected steps a round, three groups of at most 40
@@ -37,7 +37,7 @@ def test_blocks_are_consecutive_ids_of_about_group_steps_each_by_hand():
 
 def test_auto_groups_are_the_coordinators_round_size_of_the_engine(tmp_path):
     """group_steps: auto is SMALL_ROUND_STEPS of the engine: a round small enough for the coordinator is one group."""
-    from orchestrator.ray_runtime.placement import SMALL_ROUND_STEPS
+    from orchestrator.clients.client_groups import SMALL_ROUND_STEPS
 
     cfg = tiny(tmp_path, "train.local_epochs=1")
     data = prepare_data(cfg)
@@ -53,7 +53,8 @@ def test_auto_groups_of_a_large_model_are_a_few_steps_each(tmp_path):
     """A model of more than SMALL_MODEL_MACS a sample (acar_cnn on 28×28 digits: a step costs its arithmetic):
     groups of LARGE_MODEL_ROUND_STEPS expected steps on either engine, and clients_on=auto sends a round of more
     steps than that to client actors; the digits MLP's round of the same steps stays in the coordinator."""
-    from orchestrator.ray_runtime.placement import LARGE_MODEL_ROUND_STEPS, clients_in_coordinator
+    from orchestrator.clients.client_groups import LARGE_MODEL_ROUND_STEPS
+    from orchestrator.ray_runtime.placement import clients_in_coordinator
     from tasks.algorithms.engines import large_model
 
     cfg = tiny(tmp_path, "train.local_epochs=1", "data.dataset=digits_28", "model.name=acar_cnn",

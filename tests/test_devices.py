@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 from orchestrator.experiment.config import load_config
 from orchestrator.experiment.datasets import prepare_data
-from orchestrator.server.evaluation import accuracies_on_test_sets
 from orchestrator.server.federation import Server
 from tasks.algorithms.base import ClientData, ClientUpdate, to_device
 

@@ -7,11 +7,16 @@ import torch
 
 from orchestrator.clients.client_calls import CallKind, ClientCall
 from orchestrator.clients.client_host import ClientHost
+from orchestrator.clients.client_work import (
+    STEP_FIXED_FORWARDS,
+    STEP_SAMPLE_FORWARDS,
+    client_costs,
+    client_work,
+)
 from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.experiment.datasets import prepare_data
 from orchestrator.ray_runtime.client_pool import plan_round
 from orchestrator.server.federation import Server, in_process_calls
-from orchestrator.server.sampling import STEP_FIXED_FORWARDS, STEP_SAMPLE_FORWARDS, client_costs, client_work
 from tasks.algorithms import ALGORITHMS
 
 TINY = ["data.num_clients=4", "train.rounds=2", "train.local_epochs=1"]
@@ -85,8 +90,8 @@ def test_a_guest_client_trains_exactly_as_on_its_own_host(workdir):
     cfg = load_config("configs/default.yaml", TINY + workdir)
     data = prepare_data(cfg)
     payload = Server(cfg, data).algorithm.payload(Server(cfg, data).state, 0)
-    at_home = ClientHost(cfg, data, [1]).update(payload, 1, 0)
-    as_guest = ClientHost(cfg, data, [0]).update(payload, 1, 0)
+    at_home = ClientHost(cfg, data, [1]).call(ClientCall(CallKind.UPDATE, payload, [1], 0)).results[1]
+    as_guest = ClientHost(cfg, data, [0]).call(ClientCall(CallKind.UPDATE, payload, [1], 0)).results[1]
     assert as_guest.num_samples == at_home.num_samples
     for key, tensor in at_home.tensors.items():
         assert torch.equal(tensor, as_guest.tensors[key]), key
@@ -97,7 +102,7 @@ def test_a_client_with_state_is_never_trained_as_a_guest(workdir):
     data = prepare_data(cfg)
     server = Server(cfg, data)
     with pytest.raises(KeyError, match="keeps client state"):
-        ClientHost(cfg, data, [0]).update(server.algorithm.payload(server.state, 0), 1, 0)
+        ClientHost(cfg, data, [0]).call(ClientCall(CallKind.UPDATE, server.algorithm.payload(server.state, 0), [1], 0))
 
 
 @pytest.mark.ray
@@ -129,7 +134,8 @@ def test_where_clients_train_follows_the_size_of_a_round(tmp_path):
     """resources.clients_on = auto: in the coordinator up to SMALL_ROUND_STEPS optimizer steps a round (per engine:
     a vectorized step trains many clients), on client actors above it or when a GPU is asked for; an explicit
     choice stands."""
-    from orchestrator.ray_runtime.placement import SMALL_ROUND_STEPS, clients_in_coordinator
+    from orchestrator.clients.client_groups import SMALL_ROUND_STEPS
+    from orchestrator.ray_runtime.placement import clients_in_coordinator
 
     def placed(*overrides: str) -> tuple[bool, float]:
         cfg = load_config("configs/default.yaml", TINY + [f"data.partitions_dir={tmp_path}", *overrides])

@@ -10,8 +10,8 @@ from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResult
 from orchestrator.clients.client_host import ClientHost
 from orchestrator.experiment.config import load_config
 from orchestrator.experiment.datasets import prepare_data
-from orchestrator.experiment.engine_check import ADAM_ATOL, RTOL, SGD_ATOL
 from orchestrator.experiment.methods import build_algorithm
+from orchestrator.server.engine_check import ADAM_ATOL, RTOL, SGD_ATOL
 from orchestrator.server.federation import Server, run_in_process
 from tasks.algorithms import ALGORITHMS
 from tasks.algorithms.base import batch_mean, cross_entropy

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from orchestrator.driver.run import run_experiment
+from orchestrator.driver.run_dir import read_run_config
 from orchestrator.experiment.config import load_config
-from orchestrator.io.run_dir import read_run_config
 from tasks.algorithms import ALGORITHMS
 from tests.checkpoint_devices import saved_devices
 

@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from orchestrator.driver.run import run_experiment
+from orchestrator.driver.run_dir import check_output_dirs
 from orchestrator.driver.run_errors import RunError
 from orchestrator.experiment.config import ConfigError, load_config
 from orchestrator.io import checkpoint as ckpt
-from orchestrator.io.run_dir import check_output_dirs
 
 FAST = ["train.rounds=4", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
         "resources.resident_clients=1"]
@@ -420,7 +420,7 @@ def copy_of(run: Path, tmp_path: Path) -> Path:
 def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_run, tmp_path):
     import yaml
 
-    from orchestrator.io.run_dir import read_run_config
+    from orchestrator.driver.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)
@@ -442,7 +442,7 @@ def test_a_resume_whose_config_changed_is_refused_naming_the_changes(finished_ru
 @pytest.mark.ray
 def test_a_resume_may_extend_the_run_and_change_where_it_runs_not_shrink_it(finished_run, tmp_path):
     from orchestrator.driver import resume_config
-    from orchestrator.io.run_dir import read_run_config
+    from orchestrator.driver.run_dir import read_run_config
 
     _, original, _ = finished_run
     run = copy_of(original, tmp_path)

@@ -1,49 +1,64 @@
-"""The import graph of Mooring's four packages, read from the sources with `ast`: no circle, no arrow up.
+"""The import graph of Mooring's packages, read from the sources with `ast`: no circle, no arrow up.
 
-Every `import` counts as an arrow, wherever it stands: at a module's top, inside a function (imported late to
-keep `mooring --help` fast) or under `if TYPE_CHECKING:`. `import a.b.c` and `from a.b import c` point at the
-module `a.b.c`; `from a.b import name` (a name, not a module) points at the package `a.b`.
+Every import counts as an arrow, wherever it stands: at a module's top, inside a function (imported late to keep
+`mooring --help` fast) or under `if TYPE_CHECKING:`, and so does `importlib.import_module("a.b")` with a literal
+name. `import a.b.c` and `from a.b import c` point at the module `a.b.c`; `from a.b import name` (and `from a.b
+import c` too) also point at the package `a.b`, whose `__init__.py` runs first; `import a` points at `a`'s
+`__init__.py`.
 
-The layering rule, lowest first (docs/design.md, "Layout"):
-
-- `tasks/` (the work: data, models, algorithms, privacy) imports nothing else of Mooring;
-- `orchestrator/`'s runtime, its sub-packages (driver, server, clients, ray_runtime, io, experiment, reporting),
-  imports `tasks/` and itself, never `pipelines/`, `mooring/` or the entry layer;
-- `pipelines/` (compositions of runs) imports `orchestrator/` and `tasks/`, never `mooring/` (a pipeline that is
-  also a command takes the CLI's argument helpers, `orchestrator/commands/common.py`, and its exit codes);
-- the entry layer, `orchestrator/cli.py`, `orchestrator/commands/`, `orchestrator/docs_site.py` (the MkDocs
-  hook that reads the parser) and `orchestrator/docs/` (what the hook builds), stands above the runtime and
-  `pipelines/`, and may import both;
-- `mooring/` (the Python API) may import all of them.
-
-And no module reaches a module that reaches it back (no circle), within a layer or across layers.
+The layers, lowest first (docs/design.md, "Layers"): `LAYERS` below, each a set of parts. In `tasks/` and
+`orchestrator/` a part is a sub-package or a top module (the package's own `__init__.py` is one too); `pipelines/`,
+`benchmarks/` and `mooring/` are a part each. A module imports only from its own layer and those below, and every
+part has its place. Within a layer, and in `benchmarks/`, no module reaches a module that reaches it back (no circle); in
+`pipelines/`, whose parts are its modules, that is the whole rule.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tasks", "orchestrator", "pipelines", "mooring")
-ENTRY_LAYER = ("orchestrator.cli", "orchestrator.commands", "orchestrator.docs_site", "orchestrator.docs")
-# Which top-level packages each may import besides itself.
-MAY_IMPORT = {
-    "tasks": set(),
-    "orchestrator": {"tasks"},
-    "pipelines": {"tasks", "orchestrator"},
-    "mooring": {"tasks", "orchestrator", "pipelines"},
-}
+PACKAGES = ("tasks", "orchestrator", "pipelines", "benchmarks", "mooring")
+LAYERED = ("tasks", "orchestrator")  # packages whose parts (sub-packages and top modules) are layered one by one
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # tasks/: the work, no Ray
+    ("tasks", "tasks.types", "tasks.seeds", "tasks.typed_values", "tasks.json_data", "tasks.registry"),
+    ("tasks.data",),
+    ("tasks.models",),
+    ("tasks.privacy", "tasks.robust"),
+    ("tasks.algorithms",),
+    # orchestrator/'s runtime
+    ("orchestrator", "orchestrator.errors", "orchestrator.process_memory", "orchestrator.phases"),
+    ("orchestrator.io",),
+    ("orchestrator.experiment",),
+    ("orchestrator.clients",),
+    ("orchestrator.server",),
+    ("orchestrator.ray_runtime",),
+    ("orchestrator.reporting",),
+    ("orchestrator.driver",),
+    ("orchestrator.arguments",),  # the arguments the commands share, pipelines' commands too
+    # compositions of runs, the measurements, the command line, the Python API
+    ("pipelines",),
+    ("benchmarks",),
+    ("orchestrator.commands",),
+    ("orchestrator.cli",),
+    ("orchestrator.docs",),  # what the documentation hook builds: KaTeX, the methods' index, the tutorial page
+    ("orchestrator.docs_site",),
+    ("mooring",),
+)
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def source_modules() -> dict[str, Path]:
-    return {module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+def source_modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    return {module_name(path, root): path for package in packages for path in sorted((root / package).rglob("*.py"))}
 
 
 def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
@@ -54,22 +69,32 @@ def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _imported_by_importlib(node: ast.Call) -> str | None:
+    """The literal module name of `importlib.import_module("a.b")` or `import_module("a.b")`."""
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+    if name != "import_module" or not node.args:
+        return None
+    first = node.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
 def imported_modules(importer: str, path: Path, known: set[str]) -> set[str]:
-    """The Mooring modules `importer` imports anywhere in its source."""
+    """The modules (of `known`) that `importer` imports anywhere in its source."""
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             package = _absolute(node, importer, path.name == "__init__.py")
-            for alias in node.names:
-                submodule = f"{package}.{alias.name}"
-                targets.add(submodule if submodule in known else package)
+            targets.add(package)
+            targets.update(f"{package}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and (literal := _imported_by_importlib(node)):
+            targets.add(literal)
     return {target for target in targets if target in known and target != importer}
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = source_modules()
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    modules = source_modules(root, packages)
     known = set(modules)
     return {name: imported_modules(name, path, known) for name, path in modules.items()}
 
@@ -120,40 +145,50 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def in_entry_layer(module: str) -> bool:
-    return any(module == entry or module.startswith(entry + ".") for entry in ENTRY_LAYER)
+def part_of(module: str, layered: tuple[str, ...] = LAYERED) -> str:
+    """A module's part: in a package whose parts are layered, its sub-package or top module (the package's own
+    `__init__.py` is a part of its own); elsewhere the package."""
+    names = module.split(".")
+    return ".".join(names[:2]) if names[0] in layered else names[0]
 
 
-def arrows_up(graph: dict[str, set[str]]) -> list[str]:
-    bad = []
-    for importer, targets in sorted(graph.items()):
-        layer = importer.split(".")[0]
-        for target in sorted(targets):
-            other = target.split(".")[0]
-            if in_entry_layer(importer) and other == "pipelines":
-                continue
-            runtime_to_entry = layer == "orchestrator" and not in_entry_layer(importer) and in_entry_layer(target)
-            if (other == layer or other in MAY_IMPORT[layer]) and not runtime_to_entry:
-                continue
-            bad.append(f"{importer} -> {target}")
-    return bad
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS, layered: tuple[str, ...] = LAYERED) -> int:
+    part = part_of(module, layered)
+    for level, parts in enumerate(layers):
+        if part in parts:
+            return level
+    raise AssertionError(f"{module}: its part {part} is in no layer of tests/test_import_graph.py's LAYERS")
+
+
+def arrows_up(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = LAYERS,
+              layered: tuple[str, ...] = LAYERED) -> list[str]:
+    return sorted(f"{importer} -> {target}" for importer, targets in graph.items() for target in targets
+                  if layer_of(target, layers, layered) > layer_of(importer, layers, layered))
 
 
 def test_the_graph_reads_every_kind_of_import(tmp_path):
-    """The reader itself: late imports, relative imports and `from package import module` are arrows."""
+    """The reader itself: late imports, relative imports, `from package import module` (the package and the
+    module), and importlib with a literal name are arrows."""
     source = tmp_path / "a.py"
-    source.write_text("from . import b\nfrom .c import name\nfrom tasks import e\n\n\ndef late():\n"
-                      "    import tasks.f\n    from tasks.g import other\n")
-    known = {"tasks.pkg.b", "tasks.pkg.c", "tasks.e", "tasks.f", "tasks.g", "tasks.unused"}
-    assert imported_modules("tasks.pkg.a", source, known) == {"tasks.pkg.b", "tasks.pkg.c", "tasks.e", "tasks.f",
-                                                             "tasks.g"}
+    source.write_text("import importlib\nfrom . import b\nfrom .c import name\nfrom tasks import e\n\n\ndef late():\n"
+                      "    import tasks.f\n    from tasks.g import other\n    importlib.import_module('tasks.h')\n"
+                      "    importlib.import_module(some_name)\n")
+    known = {"tasks", "tasks.pkg", "tasks.pkg.b", "tasks.pkg.c", "tasks.e", "tasks.f", "tasks.g", "tasks.h",
+             "tasks.unused"}
+    assert imported_modules("tasks.pkg.a", source, known) == {"tasks", "tasks.pkg", "tasks.pkg.b", "tasks.pkg.c",
+                                                             "tasks.e", "tasks.f", "tasks.g", "tasks.h"}
     graph = import_graph()
     assert len(graph) > 100
     # Imported inside a function: `load_dataset` imports the loaders it registers when it is first called.
     assert "tasks.data.leaf" in graph["tasks.data.datasets"]
-    # `from package import module` points at the module.
-    assert "orchestrator.io.storage" in graph["orchestrator.io.checkpoint"]
+    # `from package import module` points at the module and the package.
+    assert {"orchestrator.io", "orchestrator.io.storage"} <= graph["orchestrator.io.checkpoint"]
     assert "tasks.algorithms.base" in graph["tasks.algorithms.fedavg"]
+
+
+def test_every_part_is_in_a_layer():
+    for name in import_graph():
+        layer_of(name)
 
 
 def test_no_import_circle():
@@ -164,14 +199,61 @@ def test_no_import_circle():
 
 def test_no_arrow_points_up():
     bad = arrows_up(import_graph())
-    assert not bad, ("imports against the layering (tasks < orchestrator's runtime < pipelines < orchestrator's "
-                     "entry layer < mooring; see this module's docstring):\n" + "\n".join(bad))
+    assert not bad, ("imports of a layer above (the layers: LAYERS in this module, docs/design.md's \"Layers\"):\n"
+                     + "\n".join(bad))
 
 
-def test_the_checks_catch_a_circle_and_an_arrow_up():
-    graph = {"tasks.a": {"tasks.b"}, "tasks.b": {"tasks.c"}, "tasks.c": {"tasks.a", "orchestrator.x"},
-             "orchestrator.x": {"pipelines.y", "orchestrator.commands.z"}, "orchestrator.cli": {"pipelines.y"},
-             "orchestrator.commands.z": {"orchestrator.x"}, "pipelines.y": set()}
-    assert cycles(graph) == [["orchestrator.commands.z", "orchestrator.x"], ["tasks.a", "tasks.b", "tasks.c"]]
-    assert arrows_up(graph) == ["orchestrator.x -> orchestrator.commands.z", "orchestrator.x -> pipelines.y",
-                                "tasks.c -> orchestrator.x"]
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+SYNTHETIC_LAYERS = (("pkg", "pkg.low"), ("pkg.high",))
+SYNTHETIC_LAYERED = ("pkg",)
+CLEAN = {"pkg/__init__.py": "", "pkg/low/__init__.py": "", "pkg/low/a.py": "X = 1\n",
+         "pkg/high/__init__.py": "", "pkg/high/b.py": "from pkg.low.a import X\n"}
+
+
+def synthetic_findings(root: Path, files: dict[str, str]) -> tuple[list[list[str]], list[str]]:
+    write_tree(root, {**CLEAN, **files})
+    graph = import_graph(root, ("pkg",))
+    return cycles(graph), arrows_up(graph, SYNTHETIC_LAYERS, SYNTHETIC_LAYERED)
+
+
+def test_a_clean_synthetic_tree_passes(tmp_path):
+    assert synthetic_findings(tmp_path, {}) == ([], [])
+
+
+def test_an_arrow_up_is_caught_inside_a_function_too(tmp_path):
+    late = "def f():\n    from pkg.high.b import X\n    return X\n"
+    assert synthetic_findings(tmp_path, {"pkg/low/c.py": late}) == ([], ["pkg.low.c -> pkg.high.b"])
+
+
+def test_a_circle_through_a_package_init_is_caught(tmp_path):
+    """As tasks/algorithms/base.py's `from tasks.algorithms import optimizers` was: the package's `__init__.py`
+    imports the module that imports from the package."""
+    found, up = synthetic_findings(tmp_path, {"pkg/low/__init__.py": "from pkg.low.a import X\n",
+                                              "pkg/low/a.py": "from pkg.low import c\nX = 1\n",
+                                              "pkg/low/c.py": "Y = 2\n"})
+    assert (found, up) == ([["pkg.low", "pkg.low.a"]], [])
+
+
+def test_a_circle_through_importlib_is_caught(tmp_path):
+    found, up = synthetic_findings(tmp_path, {"pkg/low/c.py": "import importlib\n\n\ndef f():\n"
+                                                              "    return importlib.import_module('pkg.low.d')\n",
+                                              "pkg/low/d.py": "from pkg.low.c import f\n"})
+    assert (found, up) == ([["pkg.low.c", "pkg.low.d"]], [])
+
+
+def test_an_arrow_up_through_importlib_is_caught(tmp_path):
+    lazy = "from importlib import import_module\n\nB = import_module('pkg.high.b')\n"
+    assert synthetic_findings(tmp_path, {"pkg/low/c.py": lazy}) == ([], ["pkg.low.c -> pkg.high.b"])
+
+
+def test_a_part_in_no_layer_is_an_error(tmp_path):
+    write_tree(tmp_path, {**CLEAN, "pkg/elsewhere.py": ""})
+    with pytest.raises(AssertionError, match="pkg.elsewhere: its part pkg.elsewhere is in no layer"):
+        for name in import_graph(tmp_path, ("pkg",)):
+            layer_of(name, SYNTHETIC_LAYERS, SYNTHETIC_LAYERED)

@@ -150,7 +150,7 @@ def effective_security(container: dict[str, Any], spec: dict[str, Any]) -> dict[
 
 def cli_subcommands() -> set[str]:
     """The `mooring` subcommands (orchestrator/cli.py's dispatch table)."""
-    from orchestrator.cli import COMMANDS
+    from orchestrator.commands import COMMANDS
 
     return set(COMMANDS)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from orchestrator.experiment.engine_check import engine_differences, padded
+from orchestrator.server.engine_check import engine_differences, padded
 from tasks.algorithms.base import Algorithm, ClientData, ClientUpdate, LocalObjective, RoundContext
 
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "method-contract.md").read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestrator.driver.round_loop import backfill_tracking
-from orchestrator.io.run_dir import RunLog
+from orchestrator.driver.run_dir import RunLog
 from orchestrator.reporting.plots import COLOURS, method_styles, plot_comparison, seed_curves, sync_rounds
 from orchestrator.reporting.progress import Progress, clock
 from orchestrator.reporting.results import headline, summary_metrics

@@ -199,7 +199,7 @@ def test_centered_clipping_carries_its_center_across_rounds_and_checkpoints():
 
 
 def test_data_poisoning_changes_only_the_malicious_clients_training_split():
-    from orchestrator.server.robust_round import poisoned_data
+    from tasks.robust.attacks import poisoned_data
     from tasks.types import ClientData
 
     cfg = load_config("configs/default.yaml", ["threat.attack=label_flip"])

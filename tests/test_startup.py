@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.driver.run import run_experiment
 from orchestrator.experiment.config import load_config
-from orchestrator.reporting.phases import Phases, profile_table
+from orchestrator.phases import Phases, profile_table
 
 pytestmark = pytest.mark.ray
 FAST = ["train.rounds=3", "train.local_epochs=1", "data.num_clients=6", "checkpoint.every=2", "resources.num_actors=2",
@@ -82,8 +82,9 @@ def test_the_warm_up_trains_and_leaves_the_random_states_as_they_were(tmp_path):
     import numpy as np
     import torch
 
-    from orchestrator.clients.warm_up import warm_up, warm_up_round
+    from orchestrator.clients.warm_up import warm_up
     from orchestrator.experiment.datasets import prepare_data
+    from orchestrator.server.coordinator import warm_up_round
 
     cfg = load_config("configs/default.yaml", ["data.num_clients=4", f"data.partitions_dir={tmp_path}"])
     data = prepare_data(cfg)

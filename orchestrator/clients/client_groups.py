@@ -13,6 +13,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# resources.clients_on = auto: a round of at most this many optimizer steps in all (clients per round × a client's
+# mean local steps) trains in the coordinator's process (orchestrator/ray_runtime/placement.py). Above it, client
+# actors' parallel training outweighs the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
+# (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
+SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
+# The same for a model whose step costs its arithmetic (tasks/algorithms/engines.py: large_model; acar_cnn's step of
+# 16 samples takes about 5 ms on a core, the digits MLP's about 0.2 ms): a round of ten such clients is worth
+# client actors, and groups this small spread it over them (benchmarks/README.md, "Where the model is the cost").
+LARGE_MODEL_ROUND_STEPS = 8
+
+
+def small_round_steps(engine: str, algorithm) -> int:
+    """The most optimizer steps a round may have and still train in the coordinator, on `engine`, of `algorithm`'s
+    model (also the size of a client group)."""
+    from tasks.algorithms.engines import large_model
+
+    return LARGE_MODEL_ROUND_STEPS if large_model(algorithm) else SMALL_ROUND_STEPS[engine]
+
 
 def client_blocks(costs: list[float], clients_per_round: int, group_steps: int) -> list[int]:
     """Each client's block: consecutive client ids, the fewest blocks of at most `group_steps` of the round's
@@ -33,8 +51,6 @@ def group_steps(cfg, engine: str, algorithm) -> int:
     """train.group_steps; auto: the largest round resources.clients_on=auto trains in the coordinator on `engine`
     with `algorithm`'s model (a round that small is one group; a larger one has enough groups to spread over client
     actors)."""
-    from orchestrator.ray_runtime.placement import small_round_steps
-
     steps = cfg.train.group_steps
     return small_round_steps(engine, algorithm) if steps == "auto" else steps
 
@@ -48,7 +64,7 @@ class ClientGroups:
     @classmethod
     def of_run(cls, cfg, data, engine: str, algorithm) -> ClientGroups:
         """The groups of a run of `algorithm` whose clients train on `engine` (the one `train.engine` chose)."""
-        from orchestrator.server.sampling import client_costs
+        from orchestrator.clients.client_work import client_costs
 
         return cls(tuple(client_blocks(client_costs(data, cfg.train), cfg.clients_per_round,
                                        group_steps(cfg, engine, algorithm))))

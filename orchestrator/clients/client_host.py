@@ -10,6 +10,7 @@ checkpoints) is moved back to the CPU, so the coordinator never holds a CUDA ten
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -21,9 +22,9 @@ from orchestrator.clients.client_calls import CallKind, ClientCall, ClientResult
 from orchestrator.clients.client_engines import SequentialEngine, VectorizedEngine
 from orchestrator.clients.client_groups import ClientGroups
 from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.clients.engine_host import ClientTurn, HostedCall
+from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 from orchestrator.experiment.methods import build_algorithm
-from orchestrator.server.evaluation import accuracies_on_test_sets
-from orchestrator.server.robust_round import poisoned_data
 from tasks.algorithms import ClientUpdate, RoundContext
 from tasks.algorithms.base import State, count_correct, derive_seeds, seeded_generator, to_device
 from tasks.algorithms.ccvr import gaussian_stats
@@ -32,7 +33,7 @@ from tasks.algorithms.faults import method_hook
 from tasks.algorithms.local_sgd import local_step_count
 from tasks.data.federated import FederatedData
 from tasks.privacy.model_updates import private_client_update
-from tasks.robust.attacks import fixed_malicious
+from tasks.robust.attacks import fixed_malicious, poisoned_data
 
 SETUP_STREAM = 0x5E7
 
@@ -67,7 +68,8 @@ class ClientHost:
         # what trains together, whatever this host holds
         self.groups = ClientGroups.of_run(cfg, data, self.engine, self.algorithm)
         self.model_dp = cfg.privacy_settings.models  # privacy.models: updates clipped (and noised) as they leave
-        self.trainer = SequentialEngine(self) if self.engine == "sequential" else VectorizedEngine(self)
+        self.trainer = (SequentialEngine() if self.engine == "sequential"
+                        else VectorizedEngine(self.algorithm, self.model_dp.active))
         self._test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
@@ -80,7 +82,7 @@ class ClientHost:
         hook, client and round (tasks/algorithms/faults.py); any other error raises as it is (a full disk while a
         client's state is written is an I/O error, not a failed client)."""
         if call.kind is CallKind.UPDATE:
-            return self.trainer.updates(call)
+            return self.trainer.updates(self.hosted(call))
         if call.kind is CallKind.EVALUATE_GLOBAL:
             return ClientResults(self.evaluate_global_per_client(call.payload, call.client_ids, call.round))
         hook = {CallKind.SETUP: lambda cid: self.setup_contribution(cid),
@@ -95,17 +97,22 @@ class ClientHost:
                 results[cid] = hook(cid)
         return ClientResults(results)
 
-    def update(self, payload, cid: int, round_idx: int, seeds: tuple[int, int] | None = None) -> ClientUpdate:
-        """One client's round of local training (the sequential engine's step)."""
-        start = time.perf_counter()
-        data, client_state = self.cache.data(cid), self.cache.state(cid, round_idx)
-        with method_hook(self.algorithm, round_idx, [cid]):
-            update, state = self.algorithm.client_update(self.cache.here(payload), data, client_state,
-                                                         self.context(cid, round_idx, seeds=seeds))
-        self.cache.keep_state(cid, state, round_idx, "client_update")
-        update = self.private(to_device(update, "cpu"), payload, round_idx)
-        update.metrics.setdefault("seconds", time.perf_counter() - start)
-        return update
+    def hosted(self, call: ClientCall) -> HostedCall:
+        """An UPDATE call as this host hands it to its engine: the payload on its device, the clients by group, each
+        client's turn made as the engine takes it, and what becomes of an update as it leaves its client."""
+
+        def turns(cids: list[int], seed_torch: bool) -> Iterator[ClientTurn]:
+            for cid, seeds in zip(cids, self.round_seeds(cids, call.round)):
+                started = time.perf_counter()
+                data, state = self.cache.data(cid), self.cache.state(cid, call.round)
+                yield ClientTurn(cid, data, state, self.context(cid, call.round, seed_torch, seeds), started)
+
+        def leave(turn: ClientTurn, update: ClientUpdate, state: State, hook: str) -> ClientUpdate:
+            self.cache.keep_state(turn.cid, state, call.round, hook)
+            return self.private(to_device(update, "cpu"), call.payload, call.round)
+
+        return HostedCall(self.algorithm, call.round, self.cache.here(call.payload), call.client_ids,
+                          self.groups.split(call.client_ids), call.summed, self.model_dp.active, turns, leave)
 
     def private(self, update: ClientUpdate, payload, round_idx: int) -> ClientUpdate:
         """The update as it leaves its client: clipped (and noised) under privacy.models, else as it is."""

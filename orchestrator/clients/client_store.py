@@ -24,22 +24,13 @@ A client that has never trained has no state here: its host starts it from `init
 from __future__ import annotations
 
 import bisect
-import re
 from collections import OrderedDict
 from typing import Any
 
 from orchestrator.io import storage
+from orchestrator.io.state_files import VERSION_FILE, version_name
 
-VERSION_FILE = re.compile(r"c(\d+)\.r(\d+)\.pt")
 FRESH = -1  # the version of a state made by init_client: kept in memory only, never written
-
-
-def states_dir(run_dir: str) -> str:
-    return storage.join(run_dir, "client_states")
-
-
-def version_name(cid: int, rounds: int) -> str:
-    return f"c{cid}.r{rounds:06d}.pt"
 
 
 class ClientStateStore:

@@ -69,31 +69,6 @@ def build_working_model(algorithm, device: str = "cpu") -> None:
                 algorithm.working_model(device=device, key="eval")
 
 
-def warm_up_round(cfg, data) -> bool:
-    """One throwaway round of a Server of its own (sampling, aggregation, the round's metrics; no evaluation) on a
-    host of its own for the round's clients, one local step each: the server's first-use costs, paid just before
-    round 1, where the coordinator trains the clients itself (orchestrator/ray_runtime/coordinator.py's run_rounds). Random states
-    put back as `warm_up` does; whether it ran (a method with a set-up exchange is left out)."""
-    if not cfg.resources.warm_up:
-        return False
-    from orchestrator.clients.client_host import ClientHost
-    from orchestrator.server.federation import Server, in_process_calls
-    from orchestrator.server.sampling import sample_clients
-
-    short = with_local_steps(cfg, 1, rounds=2).model_copy(  # round 1 of 2, evaluated every 3: no evaluation
-        update={"eval": cfg.eval.model_copy(update={"every": 3})})
-    with preserved_random_state():
-        try:
-            server = Server(short, data)
-            if not server.set_up:
-                return False
-            clients = sample_clients(cfg.seed, 0, data.num_clients, cfg.clients_per_round)
-            server.run_round(in_process_calls(ClientHost(short, data, clients)))
-        except Exception:  # noqa: BLE001 - an optimisation, as warm_up's
-            return False
-    return True
-
-
 def throwaway_call(cfg, data, clients: list[int], device: str, steps: int):
     """One call of `clients`, `steps` local steps each, from the method's initial global model on a host of their
     own; the payload it sent."""

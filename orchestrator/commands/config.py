@@ -3,7 +3,7 @@ the hyperparameters of the algorithm it runs (`algorithm.NAME`, at the paper's d
 whether it is valid, output directories included (exit 0, or 2 with one line saying what is wrong)."""
 from __future__ import annotations
 
-from orchestrator.commands.common import add_config_args, add_outside_code_arg, apply_outside_code
+from orchestrator.arguments import add_config_args, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
@@ -31,7 +31,7 @@ def main(args) -> int:
     apply_outside_code(args)
     cfg = load_config(args.config, args.overrides)
     if args.action == "check":
-        from orchestrator.io.run_dir import check_output_dirs
+        from orchestrator.driver.run_dir import check_output_dirs
 
         check_output_dirs(cfg)
         print(f"{args.config}: valid")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.commands.common import add_config_args, add_outside_code_arg, apply_outside_code
+from orchestrator.arguments import add_config_args, add_outside_code_arg, apply_outside_code
 
 
 def configure(parser) -> None:
@@ -97,7 +97,7 @@ def main(args) -> int:
     apply_outside_code(args)
     cfg = load_config(args.config, args.overrides)
     if args.png:
-        from orchestrator.commands.common import check_output_file
+        from orchestrator.arguments import check_output_file
 
         check_output_file(args.png, "--png")  # a directory would become DIR.png, and the line would name DIR
     data = prepare_data(cfg)

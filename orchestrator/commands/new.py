@@ -4,7 +4,7 @@ Three templates, each a method that runs as written and a test that passes as wr
 - `--client` (the default): a method that changes the client's loss, FedProx's, as docs/design.md's "Adding a
   method" shows it (a test checks that the two agree); its test checks the loss against a hand computation on tiny
   tensors (change it with the loss), and that both engines train it alike on padded batches of a tiny federation
-  (orchestrator/experiment/engine_check.py);
+  (orchestrator/server/engine_check.py);
 - `--server`: a method that changes the server's aggregation (a step of `server_lr` toward the clients' mean); its
   test checks the aggregation by hand and runs two rounds of a tiny federation end to end (`mooring.run`);
 - `--stateful`: SCAFFOLD-sized (client state, server state, an extra upload), as that section's "A method with
@@ -48,7 +48,7 @@ import math
 
 import torch
 
-from orchestrator.experiment.engine_check import engine_differences
+from orchestrator.server.engine_check import engine_differences
 from tasks.algorithms.base import Setup
 from {module} import {cls}, {cls}Params
 
@@ -184,7 +184,7 @@ Run: {run}"""
 import torch
 import torch.nn.functional as F
 
-from orchestrator.experiment.engine_check import engine_differences
+from orchestrator.server.engine_check import engine_differences
 from tasks.algorithms.base import ClientData, RoundContext, Setup, TrainSettings
 from {module} import {cls}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from orchestrator.commands.common import (
+from orchestrator.arguments import (
     add_address_arg,
     add_config_args,
     add_outside_code_arg,
@@ -64,7 +64,7 @@ def main(args) -> int:
     if args.output_json:
         check_output_file(args.output_json)
     if args.resume:
-        from orchestrator.io.run_dir import RunLog, verified_checkpoint
+        from orchestrator.driver.run_dir import RunLog, verified_checkpoint
 
         verified_checkpoint(args.resume, args.from_round)  # a damaged checkpoint is refused before Ray starts
         RunLog(args.resume).check_records()  # and a damaged run.json or metrics.jsonl
@@ -139,8 +139,8 @@ def config_and_ray(args, start_ray: bool):
     import time
     from concurrent.futures import ThreadPoolExecutor
 
+    from orchestrator.driver.run_dir import raw_config_for_run
     from orchestrator.experiment.config import build_config
-    from orchestrator.io.run_dir import raw_config_for_run
     from orchestrator.ray_runtime.ray_start import ensure_ray
     from orchestrator.reporting.tracker_process import TrackerProcess
 
@@ -168,8 +168,8 @@ def _checked_data(validated, seconds: list[float]):
     them first, and this runs before the run)."""
     import time
 
+    from orchestrator.driver.run_dir import check_output_dirs
     from orchestrator.driver.run_start import prepare_data
-    from orchestrator.io.run_dir import check_output_dirs
 
     cfg = validated.result()
     check_output_dirs(cfg)
@@ -190,11 +190,11 @@ def seconds_since_launch() -> float:
 
 
 def print_profile(result, before_run: dict[str, list[float]], ray_started_here: bool) -> None:
-    """Every phase's count, median and total (see orchestrator/reporting/phases.py), then Ray's shutdown, timed here
+    """Every phase's count, median and total (see orchestrator/phases.py), then Ray's shutdown, timed here
     (none where the run went without Ray)."""
     import time
 
-    from orchestrator.reporting.phases import profile_table
+    from orchestrator.phases import profile_table
 
     phases = {**before_run, **result.phases}
     if ray_session_held():

@@ -45,7 +45,7 @@ def main(args) -> int:
     pipeline_args = args.args[1:] if args.args[:1] == ["--"] else list(args.args)
     parsed = parse_pipeline_args(args.pipeline, pipeline_args)
     if getattr(parsed, "no_outside_code", False):  # the configs are loaded here too, before the job is sent
-        from orchestrator.commands.common import apply_outside_code
+        from orchestrator.arguments import apply_outside_code
 
         apply_outside_code(parsed)
     root = cluster.job_directory()
@@ -90,7 +90,7 @@ def main(args) -> int:
 
 def parse_pipeline_args(pipeline: str, argv: list[str]) -> argparse.Namespace:
     """ARGS parsed by the pipeline's own parser: a bad ARGS fails here, not on the cluster."""
-    from orchestrator.cli import COMMANDS
+    from orchestrator.commands import COMMANDS
     from orchestrator.experiment.config import ConfigError
 
     module_name = COMMANDS[pipeline][0]
@@ -113,7 +113,7 @@ def job_targets(pipeline: str, parsed) -> tuple[str | None, list, str | None]:
 
         sweep = load_sweep(parsed.sweep, overrides=parsed.overrides, study=parsed.study)
         return parsed.sweep, [sweep.base], parsed.storage or sweep.config.storage
-    from orchestrator.io.run_dir import load_config_for_run
+    from orchestrator.driver.run_dir import load_config_for_run
 
     resume = getattr(parsed, "resume", None)
     return parsed.config, [load_config_for_run(parsed.config, parsed.overrides, resume)], None

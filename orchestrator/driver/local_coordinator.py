@@ -30,12 +30,12 @@ class _Method:
 
 
 class LocalCoordinator:
-    """orchestrator/ray_runtime/coordinator.py's `Coordinator` behind an actor-like handle (see the module's docstring)."""
+    """orchestrator/server/coordinator.py's `Coordinator` behind an actor-like handle (see the module's docstring)."""
 
     def __init__(self, cfg, run_dir: str):
         import torch
 
-        from orchestrator.ray_runtime.coordinator import Coordinator
+        from orchestrator.server.coordinator import Coordinator
 
         self.threads = torch.get_num_threads()  # the coordinator sets this process's; `end` puts it back
         self.calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mooring-coordinator")

@@ -25,7 +25,7 @@ def check_engine(cfg: ExperimentConfig, data) -> None:
 def check_runnable(cfg: ExperimentConfig) -> None:
     """The checks a config passes before its run starts that need no Ray: output directories, then the engine
     (loading the dataset, not its partition, only where the engine asks for it)."""
-    from orchestrator.io.run_dir import check_output_dirs
+    from orchestrator.driver.run_dir import check_output_dirs
 
     check_output_dirs(cfg)
     backdoor = cfg.threat is not None and cfg.threat.attack == "backdoor"

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.driver.run_context import RoundRecord, RunContext
+from orchestrator.driver.run_dir import MetricsFile, RunLog
 from orchestrator.driver.run_errors import resume_hint
 from orchestrator.driver.signals import await_round
-from orchestrator.io.run_dir import MetricsFile, RunLog
 from orchestrator.reporting.results import headline
 from orchestrator.reporting.tracking import Tracker
 

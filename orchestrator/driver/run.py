@@ -12,9 +12,9 @@ started (orchestrator/driver/local_coordinator.py).
       ├─ coordinator.run_rounds(n), n rounds a call (about 50 ms of them) → each one's metrics → metrics.jsonl,
       │  MLflow, progress bar
       ├─ every checkpoint.every rounds: coordinator.checkpoint()                        (orchestrator/driver/round_loop.py)
-      └─ at the end: result.json, accuracy plot, final global state, MLflow artifacts  (orchestrator/io/artifacts.py)
-    Every phase is timed (orchestrator/reporting/phases.py; `mooring run --profile`). The run directory's files are
-    orchestrator/io/run_dir.py's, the result orchestrator/reporting/results.py's, the signals orchestrator/driver/signals.py's.
+      └─ at the end: result.json, accuracy plot, final global state, MLflow artifacts  (orchestrator/reporting/artifacts.py)
+    Every phase is timed (orchestrator/phases.py; `mooring run --profile`). The run directory's files are
+    orchestrator/driver/run_dir.py's, the result orchestrator/reporting/results.py's, the signals orchestrator/driver/signals.py's.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from orchestrator.driver.local_coordinator import end as end_coordinator
 from orchestrator.driver.local_coordinator import get
 from orchestrator.driver.round_loop import backfill_tracking, run_rounds
 from orchestrator.driver.run_context import RoundRecord, RunContext, RunRequest
+from orchestrator.driver.run_dir import RunLog, check_output_dirs, new_run_dir, resume_snapshot, strict_json
 from orchestrator.driver.run_errors import (
     CoordinatorCallError,
     RunError,
@@ -42,10 +43,9 @@ from orchestrator.driver.signals import RunInterrupted, StopSignals
 from orchestrator.experiment.config import ExperimentConfig
 from orchestrator.experiment.method_settings import optimizer_note
 from orchestrator.io import run_lock, storage
-from orchestrator.io.artifacts import finish_artifacts
 from orchestrator.io.history_codec import decoded
-from orchestrator.io.run_dir import RunLog, check_output_dirs, new_run_dir, resume_snapshot, strict_json
-from orchestrator.reporting.phases import Phases
+from orchestrator.phases import Phases
+from orchestrator.reporting.artifacts import finish_artifacts
 from orchestrator.reporting.results import RunResult, summarize, summary_metrics
 from orchestrator.reporting.tracking import Tracker
 
@@ -115,7 +115,7 @@ def _run_holding(ctx: RunContext) -> RunResult:
         raise RunInterrupted(interrupted, ctx.stop.signum)
     try:
         with ctx.phases("end: artifacts"):
-            finish_artifacts(ctx.cfg, result, final_state, ctx.log, tracker)
+            finish_artifacts(ctx.cfg, result, final_state, ctx.log.run_dir, tracker)
         with ctx.phases("end: MLflow"):
             summary = summary_metrics(record.history, ctx.cfg.participation.target_accuracy)
             tracker.log_summary(summary | {"wall_seconds": result.wall_seconds, "rounds": len(record.history)},

@@ -7,10 +7,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.driver.run_dir import RunLog
 from orchestrator.driver.signals import StopSignals
 from orchestrator.experiment.config import ExperimentConfig
-from orchestrator.io.run_dir import RunLog
-from orchestrator.reporting.phases import Phases
+from orchestrator.phases import Phases
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class RunContext:
     phases: Phases
     snapshot: dict[str, Any] | None
     # resources.clients_on: auto put the clients in the coordinator, so every round is small (at most
-    # orchestrator/ray_runtime/placement.py's small_round_steps optimizer steps): set by the start-up
+    # orchestrator/clients/client_groups.py's small_round_steps optimizer steps): set by the start-up
     small_rounds: bool = False
 
     @property

@@ -2,26 +2,14 @@
 method's own bug as that line and the traceback's last frames."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from orchestrator.errors import RunError
 from orchestrator.io import checkpoint as ckpt
 from orchestrator.io import storage
 
 if TYPE_CHECKING:  # tasks.algorithms imports torch and every method: not on `mooring run`'s path to Ray's start
     from tasks.algorithms.faults import MethodFault
-
-
-class RunError(Exception):
-    """A run could not start or continue; the message is one line for the user (a method's fault adds its
-    traceback's last frames below it). `details`: what result.json and MLflow record of it."""
-
-    def __init__(self, message: str, fault: MethodFault | None = None):
-        super().__init__(message)
-        self.fault = fault
-
-    @property
-    def details(self) -> dict[str, Any]:
-        return {"message": str(self).splitlines()[0], **({"method_fault": self.fault.to_json()} if self.fault else {})}
 
 
 def method_fault(err: BaseException) -> MethodFault | None:

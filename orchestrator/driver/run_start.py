@@ -10,9 +10,9 @@ from orchestrator.driver.local_coordinator import LocalCoordinator, get
 from orchestrator.driver.local_coordinator import end as end_coordinator
 from orchestrator.driver.preflight import check_engine, check_threat
 from orchestrator.driver.run_context import RunContext
+from orchestrator.driver.run_dir import code_version
 from orchestrator.experiment.config import ExperimentConfig
-from orchestrator.io.artifacts import import_plotting_meanwhile
-from orchestrator.io.run_dir import code_version
+from orchestrator.phases import Phases
 from orchestrator.ray_runtime.placement import (
     clients_in_coordinator,
     coordinator_name,
@@ -25,7 +25,7 @@ from orchestrator.ray_runtime.ray_start import (
     may_run_without_ray,
 )
 from orchestrator.reporting import run_names
-from orchestrator.reporting.phases import Phases
+from orchestrator.reporting.artifacts import import_plotting_meanwhile
 from orchestrator.reporting.results import run_params
 from orchestrator.reporting.tracking import Tracker
 

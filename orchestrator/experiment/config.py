@@ -25,12 +25,9 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.errors import ConfigError
 from orchestrator.experiment import safe_yaml
 from tasks.typed_values import TypedValues
-
-
-class ConfigError(Exception):
-    """A config problem, already phrased as one line: what, where, what is allowed."""
 
 
 class NestedFieldError(ValueError):
@@ -411,7 +408,7 @@ class TrainConfig(Strict):
         "this many optimizer steps a round in expectation; a group trains together in one process and its partial "
         "sum is taken alone, so the history depends on the groups, fixed by the config, not on the actors "
         "(orchestrator/clients/client_groups.py). Fewer steps: more groups to spread over actors, each a smaller batch; "
-        "auto: orchestrator/ray_runtime/placement.py's small_round_steps (the round size resources.clients_on: auto "
+        "auto: orchestrator/clients/client_groups.py's small_round_steps (the round size resources.clients_on: auto "
         "trains in the coordinator): SMALL_ROUND_STEPS of the engine that runs, or LARGE_MODEL_ROUND_STEPS for a "
         "model of over 200 k multiply-adds a sample")
     on_nonfinite_loss: Literal["stop", "continue"] = Field(
@@ -465,7 +462,7 @@ class ResourcesConfig(Strict):
     clients_on: Literal["auto", "actors", "coordinator"] = Field(
         "auto", description="where the clients train: on client actors, or in the coordinator's process (no Ray call "
         "per round: faster for small rounds); auto: the coordinator when a round is small (at most "
-        "orchestrator/ray_runtime/placement.py's small_round_steps optimizer steps in all) and no GPU is asked for, "
+        "orchestrator/clients/client_groups.py's small_round_steps optimizer steps in all) and no GPU is asked for, "
         "else actors. "
         "The history is the same as on any number of client actors (train.group_steps)")
     evaluate_on: Literal["auto", "coordinator", "client_actors"] = Field(
@@ -564,7 +561,11 @@ class ParticipationConfig(Strict):
 
     @model_validator(mode="after")
     def traces_readable(self) -> ParticipationConfig:
-        from orchestrator.server.participation import TraceError, read_availability_trace, read_system_trace
+        from orchestrator.experiment.participation_settings import (
+            TraceError,
+            read_availability_trace,
+            read_system_trace,
+        )
 
         for key, path, read in (("availability.trace", self.availability.trace, read_availability_trace),
                                 ("system.trace", self.system.trace, read_system_trace)):
@@ -740,7 +741,7 @@ class ExperimentConfig(Strict):
                                    "clients_per_round sampled uniformly without replacement, which availability, "
                                    "deadlines and dropouts change; run the privacy block without a participation block")
         if self.participation.mode == "buffered":
-            from orchestrator.server.buffered import buffered_refusal
+            from orchestrator.experiment.participation_settings import buffered_refusal
             from tasks.algorithms import ALGORITHMS
 
             refusal = buffered_refusal(ALGORITHMS.get(self.algorithm.name))
@@ -752,7 +753,7 @@ class ExperimentConfig(Strict):
     def participation_covers_clients(self) -> None:
         """The traces name the federation's clients and only them: a row for each in the system trace, and no id
         past data.num_clients in either (such a client would never be sampled; docs/participation.md)."""
-        from orchestrator.server.participation import (
+        from orchestrator.experiment.participation_settings import (
             clients_outside,
             read_availability_trace,
             read_system_trace,

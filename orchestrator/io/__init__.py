@@ -1,1 +1,1 @@
-"""What a run writes and reads back: storage paths, the run directory and its lock, checkpoints and the history in them, artifacts, schema creation."""
+"""What a run writes and reads back, whatever the run: storage paths, locks, checkpoints and the history in them, client state files, schema creation."""

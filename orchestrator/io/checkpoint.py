@@ -25,9 +25,9 @@ import re
 from contextlib import suppress
 from typing import Any
 
-from orchestrator.clients.client_store import states_dir, version_name
 from orchestrator.io import storage
 from orchestrator.io.history_codec import decoded
+from orchestrator.io.state_files import states_dir, version_name
 
 CHECKPOINT_NAME = re.compile(r"round-(\d{6,})")
 FILES = ("server.pt",)

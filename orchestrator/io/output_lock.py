@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from orchestrator.experiment.config import ConfigError
+from orchestrator.errors import ConfigError
 from orchestrator.io.run_lock import LOCK_NAME, try_lock, write_holder
 
 # the lock file a holder removes as it ends may be opened by another command just before: that one then holds

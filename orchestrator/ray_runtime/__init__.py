@@ -1,1 +1,1 @@
-"""Everything that touches Ray: the actors, the client pool, starting and placing, tensors on the wire, clusters and jobs."""
+"""The server and the clients on Ray: the coordinator's actor, the client actors and their pool, starting Ray and placing the actors, tensors on the wire, clusters and jobs."""

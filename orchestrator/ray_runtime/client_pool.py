@@ -1,10 +1,7 @@
-"""Where a coordinator's clients train (resources.clients_on): on client actors (`ActorPool`), or in the
-coordinator's own process (`CoordinatorClients`), which a small round's fixed cost favours.
+"""A coordinator's clients on client actors (`ActorPool`, one `ClientPool`: orchestrator/server/coordinator_clients.py,
+where the other, every client in the coordinator's own process, is).
 
-Either answers the server's typed calls (orchestrator/clients/client_calls.py) with the same `ClientHost`, so a run's
-history does not depend on where its clients train: the coordinator's host is one actor hosting every client.
-
-ActorPool: a round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
+A round sends the payload with each actor's call (above 100 KiB: puts it in the object store once),
 sends each group of the round's clients (orchestrator/clients/client_groups.py), whole, to one actor, collects updates as
 they finish, retries a client once if its actor died, and leaves out (and counts) a client whose actor dies twice;
 any other error (a method's, an I/O error) stops the round. Clients are hosted block by block, so a group has
@@ -16,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ray
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
@@ -26,7 +23,6 @@ from orchestrator.ray_runtime.split_evaluation import (
     evaluation_fractions,
     evaluation_shares,
 )
-from orchestrator.reporting.phases import Phases
 
 if TYPE_CHECKING:
     from orchestrator.clients.client_calls import ClientCall, ClientResults
@@ -41,54 +37,6 @@ if TYPE_CHECKING:
 INLINE_PAYLOAD_BYTES = 100 * 1024
 
 
-class ClientPool(Protocol):
-    """What the coordinator asks of wherever its clients train."""
-
-    def call(self, call: ClientCall) -> ClientResults: ...
-
-    # `call` sent now, its results awaited later (None: where the clients train, a call is done when it returns)
-    begin: Callable[[ClientCall], Callable[[], ClientResults]] | None
-
-    def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]: ...
-
-    def info(self, timeout: float | None = None) -> list[dict[str, Any]]: ...
-
-
-# ------------------------------------------------------------------------------- in the coordinator
-class CoordinatorClients:
-    """Every client hosted in the coordinator's process: a round costs no Ray call and no serialisation, which on
-    a small round (benchmarks/README.md, "Tiny clients") is most of it. The coordinator then asks Ray for the
-    CPUs of one client actor (orchestrator/driver/run_start.py)."""
-
-    begin = None  # a call here is done when it returns: nothing to overlap it with
-
-    def __init__(self, cfg, data, run_dir: str, rounds_done: int, phases: Phases):
-        import torch
-
-        from orchestrator.ray_runtime.client_actor import host_for_run
-
-        torch.set_num_threads(max(1, int(cfg.resources.cpus_per_actor)))
-        self.host = host_for_run(cfg, data, list(range(data.num_clients)), run_dir, rounds_done)
-        self.phases = phases
-
-    def call(self, call: ClientCall) -> ClientResults:
-        with self.phases(f"{call.name}: host work in the coordinator"):
-            return self.host.call(call)
-
-    def changed_states(self, since: int | None, until: int, keep: list[int]) -> dict[int, dict[str, Any]]:
-        from orchestrator.ray_runtime.client_actor import checkpoint_states
-
-        return checkpoint_states(self.host, since, until, keep)
-
-    def info(self, timeout: float | None = None) -> list[dict[str, Any]]:
-        """One entry, in actors.json's form: the coordinator's process hosting every client."""
-        from orchestrator.ray_runtime.client_actor import host_info
-
-        return [{"in_coordinator": True, "without_ray": not ray.is_initialized(),
-                 **host_info(self.host, self.host.client_ids(), "cpu", []), "restarts": 0}]
-
-
-# ------------------------------------------------------------------------------------ client actors
 def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
     """Sticky round-robin assignment: client c lives on actor c mod K, for the whole run."""
     return [list(range(a, num_clients, num_actors)) for a in range(num_actors)]
@@ -146,7 +94,7 @@ class ActorPool:
 
     def start(self, data_box: list, server: Server, groups: ClientGroups, costs: list[float] | None) -> None:
         """Every actor loaded with `data_box` = [ObjectRef of the FederatedData] and whole blocks of clients
-        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work in forward passes of one sample (sampling.client_work), to
+        (`groups`: the run's client groups), so a group has one host; `costs`: each client's local work in forward passes of one sample (client_work.py), to
         balance a round's groups by (None: sticky)."""
         self.data_box, self.server, self.client_groups, self.costs = data_box, server, groups, costs
         self.hosted = groups.hosts(len(self.actors))
@@ -166,7 +114,7 @@ class ActorPool:
 
     def _global_accuracies_on_actor(self, state) -> dict[str, float] | None:
         """Global evaluation on the GPU of a client actor; on this CPU if that actor is gone for good."""
-        from orchestrator.server.evaluation import accuracies_on_test_sets
+        from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 
         state_ref = ray.put(state)
         for _ in range(2):
@@ -186,7 +134,7 @@ class ActorPool:
         every test set (split_evaluation.py); the counts add up exactly, so the accuracies are the ones of one
         process. Its counts were sent ahead of the next round's training where that round was begun
         (`_count_ahead`); on this CPU if an actor is gone."""
-        from orchestrator.server.evaluation import accuracies_on_test_sets
+        from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 
         server = self.server
         sent, self.sent_counts = self.sent_counts, None
@@ -323,7 +271,7 @@ class ActorPool:
         """Count a load after the first as a restart, and record it in actors.json."""
         if self.loaded[actor_idx]:
             self.restarts[actor_idx] += 1
-            from orchestrator.ray_runtime.client_actor import write_actor_info
+            from orchestrator.clients.run_host import write_actor_info
 
             write_actor_info(self.run_dir, self.info())
         self.loaded[actor_idx] = True

@@ -42,7 +42,7 @@ def bad_input(message: str) -> Exception:
 
 def failure(message: str) -> Exception:
     """A RunError (one line, exit 1 from the CLI), imported only when there is one to raise."""
-    from orchestrator.driver.run_errors import RunError
+    from orchestrator.errors import RunError
 
     return RunError(message)
 

@@ -1,7 +1,7 @@
 """Where a run's actors go: how many client actors the cluster holds, and the coordinator on the driver's node."""
 from __future__ import annotations
 
-from orchestrator.driver.run_errors import RunError
+from orchestrator.errors import RunError
 from orchestrator.experiment.config import ExperimentConfig
 
 
@@ -43,29 +43,11 @@ def coordinator_name(run_dir: str) -> str:
     return "mooring-coordinator-" + run_dir.rstrip("/").rsplit("/", 1)[-1]
 
 
-# resources.clients_on = auto: a round of at most this many optimizer steps in all (clients per round × a client's
-# mean local steps) trains in the coordinator's process. Above it, client actors' parallel training outweighs
-# the cost of calling them (a few ms a round). The bounds sit between the workloads measured on each side
-# (benchmarks/README.md, "Where clients train"); the exact crossover was not swept.
-SMALL_ROUND_STEPS = {"sequential": 64, "vectorized": 256}
-# The same for a model whose step costs its arithmetic (tasks/algorithms/engines.py: large_model; acar_cnn's step of
-# 16 samples takes about 5 ms on a core, the digits MLP's about 0.2 ms): a round of ten such clients is worth
-# client actors, and groups this small spread it over them (benchmarks/README.md, "Where the model is the cost").
-LARGE_MODEL_ROUND_STEPS = 8
-
-
-def small_round_steps(engine: str, algorithm) -> int:
-    """The most optimizer steps a round may have and still train in the coordinator, on `engine`, of `algorithm`'s
-    model (also the size of a client group: orchestrator/clients/client_groups.py)."""
-    from tasks.algorithms.engines import large_model
-
-    return LARGE_MODEL_ROUND_STEPS if large_model(algorithm) else SMALL_ROUND_STEPS[engine]
-
-
 def clients_in_coordinator(cfg: ExperimentConfig, data) -> bool:
     """Whether the run's clients train in the coordinator's process (resources.clients_on)."""
+    from orchestrator.clients.client_groups import small_round_steps
+    from orchestrator.clients.client_work import client_costs
     from orchestrator.experiment.methods import build_algorithm
-    from orchestrator.server.sampling import client_costs
     from tasks.algorithms.engines import run_engine
 
     res = cfg.resources

@@ -7,7 +7,7 @@ import os
 from contextlib import nullcontext, suppress
 from urllib.parse import urlparse
 
-from orchestrator.driver.run_errors import RunError
+from orchestrator.errors import RunError
 from orchestrator.ray_runtime.address import AddressError, parse_ray, refusal, unreachable
 
 

@@ -1,1 +1,1 @@
-"""What a user sees and keeps: MLflow tracking, results, progress, profiles, plots, HTML reports."""
+"""What a user sees and keeps: MLflow tracking, results, progress, plots, a run's artifacts, HTML reports."""

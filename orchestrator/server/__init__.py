@@ -1,1 +1,1 @@
-"""The coordinator's side of a round: sampling, the simulated clock, aggregation, calibration, evaluation."""
+"""The coordinator and its side of a round: where its clients train, sampling, the simulated clock, aggregation, calibration, evaluation."""

@@ -28,22 +28,9 @@ import torch
 
 from orchestrator.clients.client_calls import CallKind, ClientCall
 from orchestrator.server.participation import DROPOUT_STREAM, Participation, uniforms
-from tasks.algorithms.base import Algorithm, ClientUpdate, State, derive_seed
+from tasks.algorithms.base import ClientUpdate, State, derive_seed
 
 DISPATCH_STREAM = 0xB0F
-
-
-def buffered_refusal(kind: type[Algorithm]) -> str:
-    """Why a method cannot run buffered, or "": it must average models as FedAvg does, keep no client state and
-    exchange nothing before training (docs/participation.md says which others could, and how)."""
-    can = kind.capabilities()
-    if not can.averages_models or not can.broadcasts_model or not can.global_model:
-        return f"{kind.name} does not aggregate by averaging models as FedAvg does"
-    if can.keeps_client_state:
-        return f"{kind.name} keeps client state"
-    if can.pre_round_exchange or can.setup_exchange:
-        return f"{kind.name} exchanges with its clients outside their updates"
-    return ""
 
 
 # ------------------------------------------------------------------------------------------ events

@@ -1,12 +1,10 @@
-"""Evaluation: the global model on the global test sets, and which clients' own models are evaluated and how
-their accuracies are summarised."""
+"""Evaluation: which clients' own models are evaluated and how their accuracies are summarised, and the names of
+an evaluation's metrics by split (the global model on the test sets: orchestrator/clients/global_evaluation.py)."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from tasks.algorithms import Algorithm
-from tasks.algorithms.base import State, count_correct, derive_seed
+from tasks.algorithms.base import derive_seed
 
 EVAL_STREAM = 0xE7A
 VALIDATION_PREFIX = "val_"  # the evaluation metrics of a run evaluated on its validation split (eval.split)
@@ -24,17 +22,6 @@ def validation_key(key: str) -> str:
 def named_for_split(metrics: dict[str, float], split: str) -> dict[str, float]:
     """An evaluation's metrics under the names of the split they were measured on (eval.split)."""
     return metrics if split == "test" else {validation_key(k): v for k, v in metrics.items()}
-
-
-def accuracies_on_test_sets(algorithm: Algorithm, state: State,
-                            test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]], batch_size: int,
-                            device: torch.device | str = "cpu") -> dict[str, float] | None:
-    """{test set: accuracy} of the global model in `state`, evaluated on `device`; None without a global model."""
-    model = algorithm.global_model(state)
-    if model is None:
-        return None
-    model.to(device)
-    return {name: count_correct(model, x, y, batch_size) / max(1, len(y)) for name, (x, y) in test_sets.items()}
 
 
 def personalized_eval_clients(seed: int, num_clients: int, sample: int | None) -> list[int]:

@@ -20,15 +20,15 @@ import numpy as np
 from orchestrator.clients.client_calls import BeginCall, CallClients, CallKind, ClientCall, ClientResults
 from orchestrator.clients.client_host import ClientHost
 from orchestrator.clients.client_store import ClientStateStore
+from orchestrator.clients.global_evaluation import accuracies_on_test_sets
 from orchestrator.clients.partial_sums import fold_partial_sums, sums_updates
 from orchestrator.experiment.method_settings import nonfinite_loss_advice
 from orchestrator.experiment.methods import build_algorithm, server_optimizer_of, server_optimizer_step
 from orchestrator.io.history_codec import HistoryText, decoded
-from orchestrator.reporting.phases import Phases
+from orchestrator.phases import Phases
 from orchestrator.server.buffered import BufferedAggregation, run_version
 from orchestrator.server.calibration import calibrated_state
 from orchestrator.server.evaluation import (
-    accuracies_on_test_sets,
     named_for_split,
     per_client_summary,
     personalized_eval_clients,

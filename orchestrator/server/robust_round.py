@@ -6,8 +6,8 @@ Applied to what any method's clients send, between collecting a round's updates 
   2. robust aggregation: the aggregate ρ of the round's updates (bucketed first where asked), and every update's
      model tensors replaced by θ + ρ, so that the method's own aggregation (a weighted mean, a server learning rate,
      FedDyn's correction, a server optimiser after it) takes ρ where it would have taken the mean.
-Data poisoning changes the malicious clients' training splits where their shards are built (`poisoned_data`, on
-the client hosts). The client hosts then send each update rather than partial sums (`ExperimentConfig.reads_each_update`)."""
+Data poisoning changes the malicious clients' training splits where their shards are built (tasks/robust/attacks.py's
+`poisoned_data`, on the client hosts). The client hosts then send each update rather than partial sums (`ExperimentConfig.reads_each_update`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -188,16 +188,3 @@ class RobustRound:
         self.center = snap.get("center")
         if self.mimic is not None and "mimic" in snap:
             self.mimic.state = dict(snap["mimic"])
-
-
-def poisoned_data(data, threat, num_classes: int, seed: int, malicious: frozenset[int]):
-    """A client's shard as the threat leaves it: a malicious client's training split label-flipped or
-    backdoored (its own test split as it is), anyone else's unchanged."""
-    if threat is None or not threat.poisons_data or data.client_id not in malicious:
-        return data
-    if threat.attack == "label_flip":
-        return replace(data, y=attacks.flipped_labels(data.y, num_classes))
-    value = float(data.x.max()) if threat.trigger_value is None and len(data.y) else (threat.trigger_value or 0.0)
-    x, y = attacks.backdoored(data.x, data.y, threat.target, threat.trigger_size, value, threat.poison_fraction,
-                              seeded_generator(seed, data.client_id, attacks.POISON_STREAM))
-    return replace(data, x=x, y=y)

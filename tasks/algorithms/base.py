@@ -39,10 +39,9 @@ from pydantic import ConfigDict, Field
 from torch import nn
 from torch.func import functional_call
 
-from tasks.algorithms import optimizers
 from tasks.algorithms.capabilities import Capabilities, derive_capabilities
 from tasks.algorithms.hook_results import checked_loss
-from tasks.algorithms.optimizers import Optimizer
+from tasks.algorithms.optimizers import SGD, Adam, Optimizer
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.models import FLModel, build_model
 from tasks.models.reuse import prepared
@@ -370,8 +369,8 @@ def make_optimizer(params, ctx: RoundContext) -> Optimizer:
     """The run's local optimizer (train.optimizer): torch.optim's SGD or Adam update (tasks/algorithms/optimizers.py)."""
     t = ctx.train
     if t.optimizer == "adam":
-        return optimizers.Adam(params, lr=ctx.lr, weight_decay=t.weight_decay)
-    return optimizers.SGD(params, lr=ctx.lr, momentum=t.momentum, weight_decay=t.weight_decay)
+        return Adam(params, lr=ctx.lr, weight_decay=t.weight_decay)
+    return SGD(params, lr=ctx.lr, momentum=t.momentum, weight_decay=t.weight_decay)
 
 
 def batch_indices(num_samples: int, train: TrainSettings, generator: torch.Generator) -> list[torch.Tensor]:

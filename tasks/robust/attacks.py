@@ -6,6 +6,7 @@ honest updates, as their papers assume. Every random draw comes from (run seed, 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from statistics import NormalDist
 
 import torch
@@ -141,3 +142,16 @@ def attack_success(predictions: torch.Tensor, y: torch.Tensor, target: int) -> t
     classifies as `target`."""
     keep = y != target
     return int((predictions[keep] == target).sum()), int(keep.sum())
+
+
+def poisoned_data(data, threat, num_classes: int, seed: int, malicious: frozenset[int]):
+    """A client's shard as the threat leaves it: a malicious client's training split label-flipped or
+    backdoored (its own test split as it is), anyone else's unchanged."""
+    if threat is None or not threat.poisons_data or data.client_id not in malicious:
+        return data
+    if threat.attack == "label_flip":
+        return replace(data, y=flipped_labels(data.y, num_classes))
+    value = float(data.x.max()) if threat.trigger_value is None and len(data.y) else (threat.trigger_value or 0.0)
+    x, y = backdoored(data.x, data.y, threat.target, threat.trigger_size, value, threat.poison_fraction,
+                    seeded_generator(seed, data.client_id, POISON_STREAM))
+    return replace(data, x=x, y=y)

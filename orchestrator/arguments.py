@@ -1,4 +1,4 @@
-"""Arguments several commands share."""
+"""The arguments several commands share, the pipelines that are commands too (compare, sweep, claims, table)."""
 from __future__ import annotations
 
 import argparse

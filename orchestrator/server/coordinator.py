@@ -1,8 +1,8 @@
 """The coordinator: it owns the `Server` (global state and round loop) and a `ClientPool`
-(orchestrator/ray_runtime/client_pool.py): the client actors (orchestrator/ray_runtime/client_actor.py), each
+(orchestrator/server/coordinator_clients.py): the client actors (orchestrator/ray_runtime/client_pool.py), each
 owning a `ClientHost`, or one host in the coordinator's own process. A plain class, so that a run whose clients
 all train in one process runs it in the driver's, without Ray (orchestrator/driver/local_coordinator.py); Ray's
-actor of it is orchestrator/ray_runtime/actors.py's `CoordinatorActor`.
+actor of it, which alone has client actors, is orchestrator/ray_runtime/actors.py's `CoordinatorActor`.
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.clients.run_host import write_actor_info
 from orchestrator.io import checkpoint as ckpt
 from orchestrator.process_memory import keep_freed_memory
-from orchestrator.ray_runtime.client_actor import write_actor_info
 
 if TYPE_CHECKING:
-    from orchestrator.ray_runtime.client_pool import ClientPool
+    from orchestrator.server.coordinator_clients import ClientPool
 
 # orchestrator.server.federation (and torch with it) is imported where it is used, not here: a worker imports this
 # module before it constructs an actor, and the coordinator starts the client actors first thing, so their
@@ -30,10 +30,8 @@ class Coordinator:
     where the run needs no Ray at all, the driver's own (orchestrator/driver/local_coordinator.py)."""
 
     def __init__(self, cfg, num_actors: int, run_dir: str, clients_here: bool = False):
-        from orchestrator.ray_runtime.client_pool import ActorPool
-
         self.cfg, self.run_dir = cfg, run_dir
-        self.pool: ClientPool | None = None if clients_here else ActorPool(cfg, num_actors, run_dir)
+        self.pool: ClientPool | None = None if clients_here else self.client_actors(num_actors)
         self.idle_since: float | None = None  # when the last round or checkpoint ended
         self.failure: Exception | None = None  # see run_rounds
         self.round_to_warm_up = None  # the data of the server's throwaway round, until it runs: see run_rounds
@@ -44,6 +42,11 @@ class Coordinator:
         if clients_here:  # launched before the data is there: what `start` will need, imported meanwhile
             import orchestrator.server.federation  # noqa: F401
 
+    def client_actors(self, num_actors: int) -> ClientPool:
+        """`num_actors` client actors, started now; only Ray's coordinator (orchestrator/ray_runtime/actors.py)
+        has them."""
+        raise NotImplementedError("client actors run on Ray: orchestrator/ray_runtime/actors.py's CoordinatorActor")
+
     def data_of(self, data_box: list):
         """The run's data: in the driver's process the box holds it (the Ray actor fetches its reference)."""
         return data_box[0]
@@ -52,9 +55,10 @@ class Coordinator:
         """`data_box` = [the data], or on Ray [ObjectRef]: boxed so Ray hands over the reference, which the client
         actors then resolve from the shared object store instead of receiving a copy each."""
         from orchestrator.clients.client_groups import ClientGroups
-        from orchestrator.ray_runtime.client_pool import CoordinatorClients
+        from orchestrator.clients.client_work import client_work
+        from orchestrator.server.coordinator_clients import CoordinatorClients
         from orchestrator.server.federation import Server
-        from orchestrator.server.sampling import client_work, sample_clients
+        from orchestrator.server.sampling import sample_clients
         from tasks.algorithms.engines import run_engine
 
         data = self.data_of(data_box)
@@ -114,8 +118,6 @@ class Coordinator:
 
     def warm_up_server(self) -> None:
         """The server's throwaway round, once, where the clients train in this process."""
-        from orchestrator.clients.warm_up import warm_up_round
-
         if self.round_to_warm_up is not None:
             data, self.round_to_warm_up = self.round_to_warm_up, None
             warm_up_round(self.cfg, data)
@@ -175,3 +177,28 @@ class Coordinator:
     def pid(self) -> int:
         return os.getpid()
 
+
+def warm_up_round(cfg, data) -> bool:
+    """One throwaway round of a Server of its own (sampling, aggregation, the round's metrics; no evaluation) on a
+    host of its own for the round's clients, one local step each: the server's first-use costs, paid just before
+    round 1, where the coordinator trains the clients itself (`Coordinator.run_rounds`). Random states
+    put back as `warm_up` does; whether it ran (a method with a set-up exchange is left out)."""
+    if not cfg.resources.warm_up:
+        return False
+    from orchestrator.clients.client_host import ClientHost
+    from orchestrator.clients.warm_up import preserved_random_state, with_local_steps
+    from orchestrator.server.federation import Server, in_process_calls
+    from orchestrator.server.sampling import sample_clients
+
+    short = with_local_steps(cfg, 1, rounds=2).model_copy(  # round 1 of 2, evaluated every 3: no evaluation
+        update={"eval": cfg.eval.model_copy(update={"every": 3})})
+    with preserved_random_state():
+        try:
+            server = Server(short, data)
+            if not server.set_up:
+                return False
+            clients = sample_clients(cfg.seed, 0, data.num_clients, cfg.clients_per_round)
+            server.run_round(in_process_calls(ClientHost(short, data, clients)))
+        except Exception:  # noqa: BLE001 - an optimisation, as warm_up's
+            return False
+    return True

@@ -6,7 +6,6 @@ from contextlib import suppress
 from pathlib import Path
 
 from orchestrator.io import storage
-from orchestrator.io.run_dir import RunLog
 from orchestrator.reporting.results import RunResult
 from orchestrator.reporting.tracking import Tracker
 
@@ -29,25 +28,25 @@ def import_plotting_meanwhile(run_dir: str) -> threading.Thread | None:
     return thread
 
 
-def finish_artifacts(cfg, result: RunResult, final_state, log: RunLog, tracker: Tracker) -> None:
-    """The accuracy plot, the final global state and the resolved config, in the run dir and in MLflow;
+def finish_artifacts(cfg, result: RunResult, final_state, run_dir: str, tracker: Tracker) -> None:
+    """The accuracy plot, the final global state and the resolved config, in the run directory and in MLflow;
     for anchor and prototype methods also the anchors and a PNG of their pairwise cosine similarities."""
     from orchestrator.reporting.plots import experiment_title, has_clock, plot_against_time, plot_comparison
 
-    if storage.is_remote(log.run_dir):
+    if storage.is_remote(run_dir):
         return
-    run_dir = Path(log.run_dir)
-    plot_comparison({cfg.algorithm.block_name: result.history}, run_dir / "accuracy.png",
+    directory = Path(run_dir)
+    plot_comparison({cfg.algorithm.block_name: result.history}, directory / "accuracy.png",
                     title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
-    storage.write_bytes_atomic(str(run_dir / "final_state.pt"), storage.torch_bytes(final_state))
+    storage.write_bytes_atomic(str(directory / "final_state.pt"), storage.torch_bytes(final_state))
     names = ["config.yaml", "accuracy.png", "final_state.pt", "metrics.jsonl", "result.json"]
     if has_clock({cfg.algorithm.block_name: result.history}):
-        plot_against_time({cfg.algorithm.block_name: result.history}, run_dir / "accuracy_time.png",
+        plot_against_time({cfg.algorithm.block_name: result.history}, directory / "accuracy_time.png",
                           title=experiment_title(cfg, [cfg.seed], cfg.algorithm.block_name))
         names.append("accuracy_time.png")
-    names += anchor_artifacts(final_state, run_dir, cfg.algorithm.name)
+    names += anchor_artifacts(final_state, directory, cfg.algorithm.name)
     for name in names:
-        tracker.log_artifact(run_dir / name)
+        tracker.log_artifact(directory / name)
 
 
 ANCHOR_KEYS = ("anchors", "prototypes")

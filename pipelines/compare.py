@@ -118,7 +118,9 @@ def _run_until_stopped(jobs: list[Job], parallel: int, parent_run_id: str | None
 
     from orchestrator.driver.run_dir import new_run_dir
 
-    remote = ray.remote(num_cpus=0, max_retries=0)(_run_job)
+    # max_calls=1: each run in a fresh worker process, so that what one run leaves in memory ends with it (a
+    # worker reused for a table's runs grew past 8 GB and was killed by Ray's memory monitor)
+    remote = ray.remote(num_cpus=0, max_retries=0, max_calls=1)(_run_job)
     pending: dict[Any, Job] = {}
     queue = list(jobs)
     while (queue or pending) and stop.signum is None:

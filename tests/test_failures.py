@@ -193,12 +193,12 @@ def test_a_method_s_bug_fails_run_and_compare_in_the_terminal_result_json_and_ml
                          "data.num_clients=4", f"algorithm.failing_client.flag={flag}"]]])
     printed = capsys.readouterr()
     assert code == 1
-    assert f"  FAILED {FAULTY}:FailingClient: seed 0: round 2 failed: {headline}; once the method is fixed" \
+    assert f"  FAILED failing_client: seed 0: round 2 failed: {headline}; once the method is fixed" \
         in printed.out
     assert printed.err.splitlines()[-1] == "error: 1 of 2 runs failed (marked FAILED in the table)"
     rows = {row["variant"]: row for row in pyarrow.parquet.read_table(out / "runs.parquet").to_pylist()}
     assert rows["fedavg"]["failed"] is None and rows["fedavg"]["final_global_accuracy"] > 0.1
-    assert rows[f"{FAULTY}:FailingClient"]["failed"].startswith(f"round 2 failed: {headline}")
+    assert rows["failing_client"]["failed"].startswith(f"round 2 failed: {headline}")
 
 
 def test_a_run_with_clients_lost_says_how_many_in_result_json_and_its_summary(capsys):

@@ -1,0 +1,73 @@
+"""Every registered method's history and final global state on both engines, bitwise as the code before the
+runtime's layering wrote them (tests/golden/histories_before_layers.json, written by
+tests/golden/make_histories.py at commit 9edb047): a refactor must not change a history in any bit, and the
+engines' own test (test_engines.py) compares them with each other only, within tolerance.
+
+A change MEANT to alter histories regenerates the file with its own code and says so, and why, in its commit
+message (README: "a change of these defaults changes histories, and says so in `git log`"):
+
+    PYTHONPATH=$PWD python tests/golden/make_histories.py tests/golden/histories_before_layers.json
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.golden.make_histories import fingerprints, main
+
+GOLDEN = Path(__file__).parent / "golden" / "histories_before_layers.json"
+
+
+def changed_pairs(expected: dict, actual: dict) -> list[str]:
+    """'method (engine): what differs' for each pair whose fingerprint changed."""
+    out = []
+    for method, engines in sorted(expected.items()):
+        for engine, was in engines.items():
+            now = actual[method][engine]
+            keys = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
+            if keys:
+                refused = f" ({now['refused']})" if "refused" in now else ""
+                out.append(f"{method} ({engine}): {', '.join(keys)}{refused}")
+    return out
+
+
+def test_every_methods_history_is_bitwise_the_committed_one(tmp_path):
+    expected = json.loads(GOLDEN.read_text())
+    changed = changed_pairs(expected, fingerprints(sorted(expected), tmp_path))
+    assert not changed, ("histories changed since tests/golden/histories_before_layers.json was written "
+                         "(history, state or refused):\n  " + "\n  ".join(changed))
+
+
+def test_the_golden_file_holds_every_method_on_both_engines():
+    """Every registered method, both engines, each run or refused: so the test above covers them all. A new
+    method regenerates the file (its diff then adds the new method's entries and changes no other)."""
+    from tasks.algorithms import ALGORITHMS
+
+    golden = json.loads(GOLDEN.read_text())
+    assert set(ALGORITHMS.names()) <= set(golden), "regenerate the file (this module's docstring says how)"
+    for method, engines in golden.items():
+        assert set(engines) == {"sequential", "vectorized"}, method
+        # the reference engine runs every method
+        assert set(engines["sequential"]) == {"history", "state"}, method
+        assert set(engines["vectorized"]) in ({"history", "state"}, {"refused"}), method
+
+
+def test_changed_pairs_names_each_pair_and_what_changed():
+    def pairs(fedavg_state: str, dann_vectorized: dict) -> dict:
+        return {"fedavg": {"sequential": {"history": "a", "state": fedavg_state},
+                           "vectorized": {"history": "c", "state": "d"}},
+                "dann": {"sequential": {"history": "e", "state": "f"}, "vectorized": dann_vectorized}}
+
+    was = pairs("b", {"refused": "no"})
+    now = pairs("x", {"history": "g", "state": "h"})
+    assert changed_pairs(was, now) == ["dann (vectorized): history, refused, state",
+                                       "fedavg (sequential): state"]
+    assert changed_pairs(was, was) == []
+
+
+def test_make_histories_without_an_output_says_how_to_call_it(capsys, tmp_path):
+    assert main([]) == 2
+    assert main([str(tmp_path / "missing" / "out.json")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "usage: python tests/golden/make_histories.py OUT.json"
+    assert lines[1].endswith("does not exist") and len(lines) == 2

@@ -407,3 +407,26 @@ def test_fedsa_checks_at_the_mnist_and_smoke_budgets(budget, workdir, capsys):
     assert "not expressible: table2" not in out  # HtFE2 and HtFE3 run at this budget
     assert f"budget {budget}: the data are on disk, every seed's partition can be drawn and every built method " \
            "starts on them" in out
+
+
+def test_a_row_s_per_setting_key_into_its_block_changes_that_setting_alone():
+    """Krum's row gives `algorithm.aggregator` as one block (f = 5) and sets f = 0 in the settings without
+    attackers: planning those must not write f = 0 into the row's block, which every attacked setting reads."""
+    path = ROOT / "configs" / "tables" / "bucketing.yaml"
+    spec = load_table_file(str(path))
+    plan = resolve_budget(spec, "mnist", str(path))
+    runs = {run.setting: run for run in plan_settings(spec, plan, built_methods(spec), [], str(path))}
+    f = {setting: with_overrides(runs[setting].base, runs[setting].variants["krum"]).algorithm.aggregator.f
+         for setting in ("mnist_none_iid", "mnist_mimic_noniid", "mnist_alie_noniid")}
+    assert f == {"mnist_none_iid": 0, "mnist_mimic_noniid": 5, "mnist_alie_noniid": 5}
+    assert spec.rows["krum"].overrides["algorithm.aggregator"]["f"] == 5
+
+
+def test_set_dotted_keeps_the_value_it_was_given():
+    from orchestrator.experiment.config import set_dotted
+
+    block = {"name": "krum", "f": 5}
+    raw: dict = {}
+    set_dotted(raw, "algorithm.aggregator", block)
+    set_dotted(raw, "algorithm.aggregator.f", 0)
+    assert raw == {"algorithm": {"aggregator": {"name": "krum", "f": 0}}} and block == {"name": "krum", "f": 5}

@@ -7,6 +7,7 @@ runs under any algorithm by switching `algorithm.name`.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 import types
@@ -919,7 +920,9 @@ NAME_OR_BLOCK = frozenset({"algorithm.aggregator"})
 
 
 def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
-    """Set `raw[a][b][c] = value` for key "a.b.c", creating sections as needed."""
+    """Set `raw[a][b][c]` to a copy of `value` for key "a.b.c", creating sections as needed. A copy: a block given
+    as one value (a table row's `algorithm.aggregator: {...}`) would otherwise become the section that a later key
+    ("algorithm.aggregator.f") writes into, changing the caller's value for every config made from it after."""
     *sections, leaf = key.split(".")
     node = raw
     for depth, part in enumerate(sections):
@@ -931,7 +934,7 @@ def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"--set {key}=...: '{part}' is a value, not a section")
         node = child
-    node[leaf] = value
+    node[leaf] = copy.deepcopy(value)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

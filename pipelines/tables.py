@@ -256,7 +256,7 @@ def column_cell(spec: TableFile, c: ColumnPlan, row_id: str, built: set[str],
     paper = c.table.numbers(row_id)[c.index]
     if c.setting is None:
         return Cell(paper, CellState.NOT_EXPRESSIBLE)
-    if paper.value is None:
+    if paper.value is None and not c.column.figure:  # a column the paper only plots shows Mooring's numbers
         return Cell(paper, CellState.NO_PAPER_NUMBER)
     if spec.rows[row_id].method not in built:
         return Cell(paper, CellState.NOT_BUILT)

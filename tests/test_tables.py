@@ -36,7 +36,7 @@ from pipelines.table_report import (
     statements,
 )
 from pipelines.table_stats import exact, exact_metric, holm, letters, rounds_to
-from pipelines.tables import built_methods, plan_settings, reproduce_command, table_cells
+from pipelines.tables import built_methods, column_cell, plan_settings, reproduce_command, table_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 # the table files; a <paper>.tuned.yaml beside one is its tuned values, validated with it (load_table_file)
@@ -342,6 +342,11 @@ def test_a_column_the_paper_only_plots_runs_every_row_it_lists():
     spec = TableFile(**raw)
     runs = plan_settings(spec, resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml"), {"fedavg", "fedprox"}, [], "t")
     assert {r.setting: list(r.variants) for r in runs} == {"s": ["a", "b"], "f": ["a", "b"]}
+    history = [{"round": 1, "accuracy": 0.5}, {"round": 2, "accuracy": 0.75}]
+    comps = {"f": Comparison(histories={"a": {0: history}})}
+    column = next(c for c in resolve_budget(spec, DEFAULT_BUDGET, "tiny.yaml").columns if c.table.id == "fig")
+    cell = column_cell(spec, column, "a", {"fedavg", "fedprox"}, comps)
+    assert cell.state is CellState.MEASURED and cell.paper.value is None  # Mooring's number beside the paper's dash
 
 
 def test_a_rows_overrides_in_their_order_the_command_line_last():

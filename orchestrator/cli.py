@@ -81,10 +81,25 @@ def run_command(module, args) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if interrupted_inside(e):
+            print("interrupted", file=sys.stderr)
+            return 130
         # the known errors' modules (numpy, pyarrow, pydantic) are imported only now, not before every command
         if not isinstance(e, known_errors()):
             raise
         return report_known_error(e)
+
+
+def interrupted_inside(error: BaseException | None) -> bool:
+    """Whether the stop signal's KeyboardInterrupt caused this error: a library may turn it into one of its own
+    (an extension module interrupted while it is imported fails with "ImportError: initialization failed")."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def report_known_error(e: Exception) -> int:

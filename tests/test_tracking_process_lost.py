@@ -219,3 +219,21 @@ def test_a_bad_tracking_timeout_is_one_line(value, tmp_path, capsys, monkeypatch
         f"error: MOORING_TRACKING_TIMEOUT={value}: the seconds an answer from MLflow tracking's process is waited "
         "for must be a positive number"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_a_library_turned_into_its_own_error_is_still_an_interrupt(capsys):
+    """A SIGTERM while matplotlib's extension module was being imported came back as "ImportError: initialization
+    failed" caused by the KeyboardInterrupt: the command ends as interrupted (130) in one line, not a traceback."""
+    import types
+
+    from orchestrator.cli import interrupted_inside, run_command
+
+    def main(_args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise ImportError("initialization failed") from interrupt
+
+    assert run_command(types.SimpleNamespace(main=main), None) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert not interrupted_inside(ValueError("a plain error"))

@@ -73,8 +73,7 @@ def variant_overrides(spec: TableFile, row_id: str, setting: str, plan: BudgetPl
     row = spec.rows[row_id]
     out: dict[str, Any] = {"algorithm.name": row.method}
     params = row.params | (plan.tuned[row_id].params if row_id in plan.tuned else {})
-    # one dotted key per hyperparameter: a block given as one dict would be the very object later keys write into
-    out |= {f"algorithm.{row.method}.{key}": copy.deepcopy(value) for key, value in params.items()}
+    out |= {f"algorithm.{row.method}.{key}": value for key, value in params.items()}  # set_dotted copies each
     out |= {k.replace(ALGORITHM_SLOT, row.method): v for k, v in plan.settings[setting].items() if ALGORITHM_SLOT in k}
     return out | row.overrides | row.per_setting.get(setting, {}) | cli
 
@@ -102,7 +101,7 @@ def setting_run(spec: TableFile, plan: BudgetPlan, setting: str, row_ids: list[s
     raw = copy.deepcopy(plan.experiment)
     for key, value in plan.settings[setting].items():
         if ALGORITHM_SLOT not in key:
-            set_dotted(raw, key, copy.deepcopy(value))  # never the file's own dict: --set writes into it
+            set_dotted(raw, key, value)
     raw["name"] = f"{spec.paper}-{plan.name}-{setting}"
     base = build_config(apply_overrides(raw, list(cli_overrides)), f"{source}: setting {setting}")
     variants = {r: variant_overrides(spec, r, setting, plan, cli) for r in row_ids}

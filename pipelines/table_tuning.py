@@ -288,12 +288,22 @@ def range_text(spec: dict[str, Any]) -> str:
     return f"{spec['low']:g}..{spec['high']:g}" + (" log" if spec.get("log") else "")
 
 
+def already_tuned(row: TunedRow | None, space: dict[str, dict[str, Any]]) -> bool:
+    """Whether a recorded choice came from a search over `space` as it stands (the ranges it started from, before
+    any widening): a tuning that stopped, on a machine whose study storage is gone, goes on from the next row."""
+    if row is None:
+        return False
+    started = {**row.searched, **row.widened}
+    return started == {path.rsplit(".", 1)[1]: range_text(spec) for path, spec in space.items()}
+
+
 def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,
-         echo, cli_overrides: list[str] = (), budget: str = DEFAULT_BUDGET) -> Path:
+         echo, cli_overrides: list[str] = (), budget: str = DEFAULT_BUDGET, retune: bool = False) -> Path:
     """Every row of `run` (the tuning setting, its rows that tune), one sweep each (and more where a choice lies
     at a bound), its choice written to the budget's tuned-values file as soon as it is made, with the --set the
     trials ran with. Earlier choices are kept until their row is tuned again only where they came from the same
-    tuning and --set."""
+    tuning and --set; a row whose choice is recorded from the same tuning, --set and ranges is not searched again
+    unless `retune`."""
     from orchestrator.experiment.config import parse_override
 
     tuning = spec.tuning_of(budget)
@@ -309,6 +319,10 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
         space = spaces[row_id]
         if not space:
             echo(f"tune {row_id}: {spec.rows[row_id].method} has no searchable hyperparameters")
+            continue
+        if same and not retune and already_tuned(state.rows.get(row_id), space):
+            echo(f"tune {row_id}: kept {state.rows[row_id].params} from {out} (the same tuning, --set and ranges; "
+                 "--retune searches again)")
             continue
         how = "the paper's grid in full" if spec.rows[row_id].tune_grid else f"{tuning.trials} trials"
         echo(f"tune {row_id}: {how} of {', '.join(space)} in {tuning.setting}'s validation split")

@@ -369,7 +369,10 @@ def configure(parser) -> None:
     parser.add_argument("--tune", action="store_true",
                         help="tune every row's hyperparameters on a validation split (the budget's `tuning:`, one "
                              "sweep per row; resumes an interrupted one) and write them to the budget's tuned-values "
-                             "file, running no cell; the next run of the budget uses them")
+                             "file, running no cell; the next run of the budget uses them. A row whose choice "
+                             "the file already holds from the same tuning is kept")
+    parser.add_argument("--retune", action="store_true",
+                        help="with --tune: search every row again, also those the tuned-values file holds")
     add_outside_code_arg(parser)
 
 
@@ -478,7 +481,7 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
         if problems := preflight([run], [tuning.seed]):
             raise ConfigError("; ".join(problems))
         out = tune(spec, run, args.config, results, args.address, args.parallel,
-                   echo=lambda s: print(s, file=sys.stderr), cli_overrides=args.overrides, budget=plan.name)
+                   echo=lambda s: print(s, file=sys.stderr), cli_overrides=args.overrides, budget=plan.name, retune=args.retune)
     print(f"wrote {out}")
     return 0
 

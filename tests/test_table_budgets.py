@@ -26,6 +26,7 @@ from pipelines.table_config import (
 from pipelines.table_report import render_report, tuned_by
 from pipelines.table_tuning import (
     StudyOutcome,
+    already_tuned,
     at_bounds,
     pruner_settings,
     search_space,
@@ -354,6 +355,22 @@ def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_
     spec = load_table_file(path)
     [run] = plan_settings(spec, resolve_budget(spec, "mnist", path), built_methods(spec), [], path)
     assert run.variants["b"]["algorithm.fedprox.mu"] == row["params"]["mu"]
+    # the study storage gone (a new machine): --tune again keeps the recorded choice, searching nothing
+    elsewhere = [*args[:5], str(tmp_path / "elsewhere"), *args[6:]]
+    assert mooring([*elsewhere, "--tune"]) == 0
+    assert "tune b: kept" in capsys.readouterr().err
+    assert yaml.safe_load((tmp_path / "tiny.mnist.tuned.yaml").read_text())["rows"]["b"] == row
+    assert not (tmp_path / "elsewhere" / "tuning" / "optuna.db").exists()
+
+
+def test_a_recorded_choice_is_kept_only_for_the_ranges_its_search_started_from():
+    row = TunedRow(params={"mu": 0.5}, searched={"mu": "0.0001..4 log"}, widened={"mu": "0.0001..1 log"},
+                   metric="accuracy:last5", trials=20, best_validation=0.9, study="s", date="2026-11-29")
+    space = {"algorithm.fedprox.mu": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}}
+    assert already_tuned(row, space)
+    assert not already_tuned(row, {"algorithm.fedprox.mu": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}})
+    assert not already_tuned(row, {**space, "algorithm.fedprox.lr": {"type": "float", "low": 0.1, "high": 1.0}})
+    assert not already_tuned(None, space)
 
 
 # ------------------------------------------------------------------------------------------ FedSA's HtFE groups

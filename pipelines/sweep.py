@@ -55,7 +55,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
 
 def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> SweepResult:
     from orchestrator.ray_runtime.ray_start import ensure_ray
-    from pipelines.compare import default_parallel
+    from pipelines.parallel_runs import default_parallel
 
     check_variants(searched_variants(sweep))
     storage_obj = open_storage(sweep.storage_url)

@@ -253,16 +253,18 @@ def key_line(key: ConfigKey) -> str:
 
 # ---------------------------------------------------------------------------------- algorithm interface
 def algorithm_reference() -> str:
-    """tasks/algorithms/base.py's module docstring, then each public class (with its methods) and function, in
-    the file's order, with its signature and docstring; then those of the shared types it re-exports
-    (tasks/types.py, tasks/seeds.py)."""
+    """tasks/algorithms/base.py's module docstring, then each public class (with its methods, `Algorithm`'s client
+    and server sides' too) and function, in the file's order, with its signature and docstring; then those of the
+    building blocks and shared types it re-exports (local training, losses, model state, tasks/types.py,
+    tasks/seeds.py)."""
     from tasks import seeds, types
-    from tasks.algorithms import base
+    from tasks.algorithms import base, local_training, losses, model_state
 
-    lines = ["# Algorithm interface", "", "Generated from the docstrings of `tasks/algorithms/base.py`, "
-             "`tasks/types.py` and `tasks/seeds.py` when the site is built (a method imports all of it from "
-             "`tasks.algorithms.base`).", "", indent_block(inspect.getdoc(base) or ""), ""]
-    for module in (base, types, seeds):
+    lines = ["# Algorithm interface", "", "Generated from the docstrings of `tasks/algorithms/base.py` (with "
+             "`client_side.py` and `server_side.py`, the hooks `Algorithm` inherits), the building blocks it "
+             "re-exports, `tasks/types.py` and `tasks/seeds.py` when the site is built (a method imports all of it "
+             "from `tasks.algorithms.base`).", "", indent_block(inspect.getdoc(base) or ""), ""]
+    for module in (base, local_training, losses, model_state, types, seeds):
         if module is not base:
             lines += [f"## From `{module.__name__}`", "", indent_block(inspect.getdoc(module) or ""), ""]
         lines += interface_entries(module, vars(base))  # of the shared modules, what base re-exports
@@ -280,10 +282,18 @@ def interface_entries(module, exported: dict[str, Any]) -> list[str]:
         lines += [f"## {name}", "", "```python", f"{kind} {name}{signature(obj)}", "```", "",
                   escape(written_doc(obj)), ""]
         if inspect.isclass(obj):
-            for method_name, method in defined_in(obj):
+            for method_name, method in class_members(obj):
                 lines += [f"### {name}.{method_name}", "", "```python", f"def {method_name}{signature(method)}",
                           "```", "", escape(written_doc(method)), ""]
     return lines
+
+
+def class_members(cls: type) -> list[tuple[str, Any]]:
+    """The public methods a class defines, then those of its bases in other modules of tasks/algorithms/
+    (`Algorithm`'s client side and server side), each class's in source order."""
+    sides = [base for base in cls.__bases__
+             if base.__module__ != cls.__module__ and base.__module__.startswith("tasks.algorithms.")]
+    return [member for owner in (cls, *sides) for member in defined_in(owner)]
 
 
 def written_doc(obj) -> str:

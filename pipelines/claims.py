@@ -17,6 +17,7 @@ import numpy as np
 
 from orchestrator.arguments import add_outside_code_arg, apply_outside_code
 from pipelines.compare import Comparison, compare
+from pipelines.comparison import metric_scale
 from pipelines.paired import Verdict, paired_verdict
 from tasks.json_data import JsonProblem, parse_json
 
@@ -141,11 +142,6 @@ def not_histories(raw: object) -> str | None:
 
 
 # --------------------------------------------------------------------------------------- reporting
-def scale_of(metric: str) -> float:
-    """Accuracies are shown in %; diagnostics (distances, cosines) as they are."""
-    return 100.0 if metric.startswith(("accuracy", "personalized")) else 1.0
-
-
 def _mean_std(vals: list[float], scale: float = 100.0) -> str:
     vals = [v for v in vals if v is not None]
     if not vals:
@@ -172,7 +168,7 @@ def render_section(cfg, comps: dict[str, Comparison], verdicts: list[Verdict], c
               "| paper's statement | setting | method − baseline | metric | method | baseline | paired diff | wins | p | holds |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for v in verdicts:
-        scale = scale_of(v.metric)
+        scale = metric_scale(v.metric)
         digits = 2 if scale == 100 else 3
         diff = f"{scale * np.mean(v.diffs):+.{digits}f} ± {scale * np.std(v.diffs):.{digits}f}" if v.diffs else "n/a"
         p = "n/a" if v.p_value is None else f"{v.p_value:.3f}"

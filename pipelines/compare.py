@@ -31,6 +31,7 @@ from pipelines.comparison import (
     format_table,
     summary_table,
 )
+from pipelines.parallel_runs import default_parallel
 
 if TYPE_CHECKING:
     from orchestrator.driver.signals import StopSignals
@@ -205,13 +206,6 @@ def running(jobs) -> str:
 
 def _pct(v):
     return "   –   " if v is None else f"{100 * v:6.2f}%"
-
-
-def default_parallel(actors_per_run: int, cpus_per_actor: float) -> int:
-    import ray
-
-    cpus = ray.cluster_resources().get("CPU", 1)
-    return max(1, int(cpus // (actors_per_run * cpus_per_actor)))
 
 
 def parent_metrics(table: list[dict[str, Any]]) -> dict[str, float]:

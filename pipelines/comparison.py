@@ -121,6 +121,11 @@ PRIVACY_LEGEND = ("ε models: client-level (ε, privacy.delta) of the model upda
                   "sample-level, per client, of its class statistics (docs/privacy.md)")
 
 
+def metric_scale(metric: str) -> float:
+    """Accuracies are shown in %; diagnostics (distances, cosines) as they are."""
+    return 100.0 if metric.startswith(("accuracy", "personalized")) else 1.0
+
+
 def mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (n − 1 in the denominator) over seeds; std is None with fewer than two
     values."""

@@ -18,8 +18,10 @@ study keeps; the same command resumes it.
 
 By concern: sweep_config.py (the file's schema), sweep_file.py (a sweep file made ready: base, search space,
 storage), sweep_optuna.py (storage, sampler, pruner, study), sweep_trial.py (one trial as a Ray task),
-sweep_driver.py (asking, running and telling trials; several drivers per study), sweep_tracking.py (MLflow and
-the report), trial_store.py (what trials and drivers record in the storage); here, the pipeline and its result.
+sweep_driver.py (asking for trials and running them; several drivers per study), driver_liveness.py (the
+drivers' heartbeats, stale trials retried), trial_outcomes.py (telling a finished trial), study_trials.py (the
+study's trials counted by state), sweep_tracking.py (MLflow and the report), trial_store.py (what trials and
+drivers record in the storage); here, the pipeline and its result.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, echo=print) -> SweepR
 
 def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> SweepResult:
     from orchestrator.ray_runtime.ray_start import ensure_ray
-    from pipelines.compare import default_parallel
+    from pipelines.parallel_runs import default_parallel
 
     check_variants(searched_variants(sweep))
     storage_obj = open_storage(sweep.storage_url)

@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipelines import table_stats as st
+from pipelines.comparison import metric_scale
 from pipelines.table_config import (
     ALGORITHM_SLOT,
     DEFAULT_BUDGET,
@@ -68,8 +69,6 @@ class Cell:
 
 def scale_of(column: ColumnPlan) -> float:
     """Accuracies in %, rounds and other metrics as they are."""
-    from pipelines.claims import scale_of as metric_scale
-
     return 1.0 if column.column.rounds_to is not None else metric_scale(column.metric)
 
 

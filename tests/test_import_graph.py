@@ -6,11 +6,11 @@ name. `import a.b.c` and `from a.b import c` point at the module `a.b.c`; `from 
 import c` too) also point at the package `a.b`, whose `__init__.py` runs first; `import a` points at `a`'s
 `__init__.py`.
 
-The layers, lowest first (docs/design.md, "Layers"): `LAYERS` below, each a set of parts. In `tasks/` and
-`orchestrator/` a part is a sub-package or a top module (the package's own `__init__.py` is one too); `pipelines/`,
-`benchmarks/` and `mooring/` are a part each. A module imports only from its own layer and those below, and every
-part has its place. Within a layer, and in `benchmarks/`, no module reaches a module that reaches it back (no circle); in
-`pipelines/`, whose parts are its modules, that is the whole rule.
+The layers, lowest first (docs/design.md, "Layers"): `LAYERS` below, each a set of parts. In `tasks/`,
+`orchestrator/` and `pipelines/` a part is a sub-package or a top module (the package's own `__init__.py` is one
+too); `benchmarks/` and `mooring/` are a part each. A module imports only from its own layer and those below, and
+every part has its place. Within a layer, and in `benchmarks/`, no module reaches a module that reaches it back (no
+circle).
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tasks", "orchestrator", "pipelines", "benchmarks", "mooring")
-LAYERED = ("tasks", "orchestrator")  # packages whose parts (sub-packages and top modules) are layered one by one
+# packages whose parts (sub-packages and top modules) are layered one by one
+LAYERED = ("tasks", "orchestrator", "pipelines")
 LAYERS: tuple[tuple[str, ...], ...] = (
     # tasks/: the work, no Ray
     ("tasks", "tasks.types", "tasks.seeds", "tasks.typed_values", "tasks.json_data", "tasks.registry"),
@@ -39,8 +40,20 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.reporting",),
     ("orchestrator.driver",),
     ("orchestrator.arguments",),  # the arguments the commands share, pipelines' commands too
-    # compositions of runs, the measurements, the command line, the Python API
-    ("pipelines",),
+    # pipelines/: compositions of runs
+    # what a comparison, a sweep file and a table file are, read apart from running them
+    ("pipelines", "pipelines.comparison", "pipelines.sweep_config", "pipelines.table_config", "pipelines.trial_store",
+     "pipelines.parallel_runs"),
+    ("pipelines.paired", "pipelines.table_stats"),  # the statistics comparisons and tables are read with
+    # a sweep's pieces: its objective, file, Optuna objects, trials and drivers, the best trial's test score
+    ("pipelines.sweep_objective", "pipelines.sweep_file", "pipelines.sweep_optuna", "pipelines.best_on_test",
+     "pipelines.study_trials", "pipelines.sweep_trial", "pipelines.driver_liveness"),
+    ("pipelines.reports", "pipelines.sweep_tracking", "pipelines.table_report"),  # what is written for people
+    # a sweep run, and a table's rows tuned by sweeps
+    ("pipelines.trial_outcomes", "pipelines.sweep_driver", "pipelines.sweep", "pipelines.table_tuning"),
+    # the commands the command line routes to, each with its pipeline: compare, claims, table, sweep
+    ("pipelines.compare", "pipelines.claims", "pipelines.tables", "pipelines.sweep_cli"),
+    # the measurements, the command line, the Python API
     ("benchmarks",),
     ("orchestrator.commands",),
     ("orchestrator.cli",),
@@ -184,6 +197,13 @@ def test_the_graph_reads_every_kind_of_import(tmp_path):
     # `from package import module` points at the module and the package.
     assert {"orchestrator.io", "orchestrator.io.storage"} <= graph["orchestrator.io.checkpoint"]
     assert "tasks.algorithms.base" in graph["tasks.algorithms.fedavg"]
+
+
+def test_pipelines_is_layered_module_by_module_between_the_arguments_and_the_benchmarks():
+    order = ["orchestrator.arguments", "pipelines.comparison", "pipelines.paired", "pipelines.sweep_file",
+             "pipelines.reports", "pipelines.sweep", "pipelines.compare", "benchmarks.common"]
+    assert [layer_of(name) for name in order] == sorted({layer_of(name) for name in order})
+    assert part_of("pipelines.sweep_driver") == "pipelines.sweep_driver" and part_of("benchmarks.common") == "benchmarks"
 
 
 def test_every_part_is_in_a_layer():

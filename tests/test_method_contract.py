@@ -18,7 +18,9 @@ PAGE = (Path(__file__).resolve().parents[1] / "docs" / "method-contract.md").rea
 
 
 def public_attributes() -> list[str]:
-    return [name for name in vars(Algorithm) if not name.startswith("_")]
+    """Algorithm's own, then those of its client side and its server side."""
+    sides = [cls for cls in Algorithm.__mro__ if cls is not object]
+    return list(dict.fromkeys(name for cls in sides for name in vars(cls) if not name.startswith("_")))
 
 
 def written_signature(name: str) -> str | None:
@@ -41,7 +43,7 @@ def default(value) -> str:
 
 def test_the_interface_has_the_hooks_this_test_knows_of():
     assert {"local_loss", "client_result", "aggregate", "step_hooks", "plain_sgd", "capabilities",
-            "server_pre_round"} <= set(public_attributes())
+            "server_pre_round", "averaging", "new_model"} <= set(public_attributes())
     assert written_signature("local_loss") == "local_loss(params, x, y, h, logits, inputs, weight=None)"
     assert written_signature("capabilities") == "capabilities()" and written_signature("plain_sgd") is None
 

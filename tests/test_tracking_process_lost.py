@@ -156,7 +156,7 @@ def test_a_stopped_child_found_during_the_rounds_and_its_calls_done_here(tmp_pat
         wide = {f"m{i}": float(i) for i in range(1000)}
         for step in range(2, 31):
             tracker.log_metrics({"round": step, "accuracy": step / 100, **wide}, step=step)
-        assert tracker._outbox.qsize() > 0 and tracker.lost is None  # more than the pipe holds, still queued
+        assert tracker.channel.outbox.qsize() > 0 and tracker.lost is None  # more than the pipe holds, still queued
         while tracker.lost is None:
             step += 1
             tracker.log_metrics({"round": step, "accuracy": step / 100}, step=step)
@@ -184,10 +184,10 @@ def test_a_child_stopped_before_its_first_answer_still_gives_the_run_an_mlflow_r
     the metrics logged meanwhile and the final status."""
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.reporting import tracker_process
+    from orchestrator.reporting import tracker_channel, tracker_process
 
     monkeypatch.setenv("MOORING_TRACKING_TIMEOUT", "1")
-    monkeypatch.setattr(tracker_process, "SETUP_SECONDS", 1.0)
+    monkeypatch.setattr(tracker_channel, "SETUP_SECONDS", 1.0)  # the pipe's deadlines (tracker_channel.py)
     uri = made_store(mlflow_store_made, tmp_path)
     tracker = tracker_process.TrackerProcess.launch()
     child = psutil.Process(tracker.process.pid)

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from orchestrator.clients.client_store import ClientStateStore
-from tasks.algorithms import Algorithm
 from tasks.algorithms.base import to_device
+from tasks.algorithms.client_side import ClientAlgorithm
 from tasks.algorithms.faults import BadHookResult, method_hook
 from tasks.data.federated import FederatedData
 
@@ -27,7 +27,7 @@ class ClientCache:
     changes no result. A guest (a client hosted elsewhere, of a method whose clients keep no state, sent here to
     balance a round) has its data built on demand and nothing of it stays."""
 
-    def __init__(self, algorithm: Algorithm, data: FederatedData, client_ids: list[int], device: torch.device,
+    def __init__(self, algorithm: ClientAlgorithm, data: FederatedData, client_ids: list[int], device: torch.device,
                  shards_kept: int | None, states: ClientStateStore, poison=None):
         self.algorithm, self.federated, self.device = algorithm, data, device
         self.poison = poison  # (shard) -> the shard as the threat leaves it (data poisoning), or None

@@ -11,8 +11,9 @@ import time
 from orchestrator.clients.client_calls import ClientResults
 from orchestrator.clients.engine_host import ClientTurn, HostedCall
 from orchestrator.clients.partial_sums import PartialSum, sum_updates
-from tasks.algorithms import Algorithm, ClientUpdate
+from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import nbytes
+from tasks.algorithms.client_side import ClientAlgorithm
 from tasks.algorithms.engines import (
     ClientRound,
     fold_one_step,
@@ -55,7 +56,7 @@ class VectorizedEngine:
     method that sends its trained model as it is (FedAvg) and keeps no client state has its partial sum taken
     straight from the stacked models."""
 
-    def __init__(self, algorithm: Algorithm, uniform: bool):
+    def __init__(self, algorithm: ClientAlgorithm, uniform: bool):
         """`uniform`: privacy.models, whose updates are each clipped apart first."""
         self.single = SequentialEngine()
         capabilities = algorithm.capabilities()
@@ -105,7 +106,7 @@ class VectorizedEngine:
             rounds.setdefault(objective.model_key, []).append((turn, ClientRound(turn.data, turn.ctx, objective)))
         return rounds
 
-    def _summed_group(self, algorithm: Algorithm, model,
+    def _summed_group(self, algorithm: ClientAlgorithm, model,
                       group: list[tuple[ClientTurn, ClientRound]]) -> tuple[PartialSum, dict[int, ClientUpdate]]:
         """One group's partial sum, and its clients' updates without models, as FedAvg's client_result and
         `sum_updates` would make them. Clients that all take one step are folded without training them apart

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tasks.algorithms import Algorithm, ClientData, ClientUpdate, RoundContext
+from tasks.algorithms import ClientData, ClientUpdate, RoundContext
 from tasks.algorithms.base import State
+from tasks.algorithms.client_side import ClientAlgorithm
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ClientTurn:
 class HostedCall:
     """An UPDATE call as a host hands it to its engine."""
 
-    algorithm: Algorithm
+    algorithm: ClientAlgorithm
     round: int
     payload: Any  # on the host's device
     client_ids: list[int]  # in the call's order

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from tasks.algorithms import Algorithm
 from tasks.algorithms.base import State, count_correct
+from tasks.algorithms.server_side import ServerAlgorithm
 
 
-def accuracies_on_test_sets(algorithm: Algorithm, state: State,
+def accuracies_on_test_sets(algorithm: ServerAlgorithm, state: State,
                             test_sets: dict[str, tuple[torch.Tensor, torch.Tensor]], batch_size: int,
                             device: torch.device | str = "cpu") -> dict[str, float] | None:
     """{test set: accuracy} of the global model in `state`, evaluated on `device`; None without a global model."""

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tasks.algorithms import Algorithm, ClientUpdate
+from tasks.algorithms import ClientUpdate
 from tasks.algorithms.base import nbytes
+from tasks.algorithms.server_side import ServerAlgorithm
 
 
 @dataclass
@@ -60,7 +61,7 @@ def fold_partial_sums(partials: list[PartialSum], reference: dict[str, torch.Ten
     return {key: out[key] for key in reference}
 
 
-def sums_updates(algorithm: Algorithm, cfg) -> bool:
+def sums_updates(algorithm: ServerAlgorithm, cfg) -> bool:
     """Whether this run's client hosts return partial sums: asked for (the default), the method's capabilities
     declare its aggregation and round metrics FedAvg's (a weighted mean of the client models, nothing else read
     from them), weighted by samples, and nothing else reads each client's model (eval.diagnostics does; so do a

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tasks.algorithms import ALGORITHMS, Algorithm, Setup, TrainSettings
 from tasks.algorithms.base import State
 from tasks.algorithms.server_optimizers import DEFAULT_LR, ServerOptimizer, parameter_names
+from tasks.algorithms.server_side import ServerAlgorithm
 
 SERVER_OPTIMIZER_KEY = "server_optimizer"  # where the server state keeps algorithm.server_optimizer's moments
 
@@ -35,7 +36,8 @@ def server_optimizer_of(cfg) -> ServerOptimizer | None:
                            opt.tau)
 
 
-def server_optimizer_step(algorithm: Algorithm, optimizer: ServerOptimizer, before: State, after: State) -> State:
+def server_optimizer_step(algorithm: ServerAlgorithm, optimizer: ServerOptimizer, before: State,
+                          after: State) -> State:
     """The state after the method's aggregate, its global model stepped by the server optimiser from `before`."""
     model, slots = optimizer.step(before["model"], after["model"], after.get(SERVER_OPTIMIZER_KEY, {}),
                                   parameter_names(algorithm.working_model()))

@@ -9,8 +9,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from orchestrator.clients.client_calls import CallClients, CallKind, ClientCall
-from tasks.algorithms.base import Algorithm, State, nbytes, seeded_generator, state_of
+from tasks.algorithms.base import State, nbytes, seeded_generator, state_of
 from tasks.algorithms.ccvr import calibrate
+from tasks.algorithms.server_side import ServerAlgorithm
 
 CALIBRATION_STREAM = 0xCC7  # the virtual features' and the calibration batches' draws: (seed, round, stream)
 
@@ -19,7 +20,7 @@ class CalibratedServer(Protocol):
     """What calibration reads of the server (orchestrator/server/federation.py: `Server`)."""
 
     cfg: Any
-    algorithm: Algorithm
+    algorithm: ServerAlgorithm
     state: State
     round: int
     num_clients: int

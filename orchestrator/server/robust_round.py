@@ -17,6 +17,7 @@ import torch
 
 from orchestrator.experiment.robust_settings import aggregator_of
 from tasks.algorithms import ClientUpdate
+from tasks.algorithms.server_side import ServerAlgorithm
 from tasks.robust import aggregators as agg
 from tasks.robust import attacks
 from tasks.seeds import seeded_generator
@@ -151,7 +152,7 @@ class RobustRound:
         return out
 
     # ------------------------------------------------------------------ evaluation
-    def attack_success_rate(self, algorithm, state, test_sets, batch_size: int) -> dict[str, float]:
+    def attack_success_rate(self, algorithm: ServerAlgorithm, state, test_sets, batch_size: int) -> dict[str, float]:
         """A backdoor's success: of the global test images not of the target class, shown with the trigger, the
         share the global model classifies as the target ({} for other attacks or without a global model)."""
         threat = self.threat

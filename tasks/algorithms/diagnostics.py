@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from tasks.algorithms.anchors import CLASSIFIER_PREFIX, classifier_update_cosine
-from tasks.algorithms.base import Algorithm, ClientUpdate, State
+from tasks.algorithms.base import ClientUpdate, State
+from tasks.algorithms.server_side import ServerAlgorithm
 
 CLASSIFIER_WEIGHT = CLASSIFIER_PREFIX + "weight"
 
@@ -52,7 +53,7 @@ def local_states(before: State, updates: list[ClientUpdate]) -> list[State]:
 
 
 @torch.no_grad()
-def feature_distance(algorithm: Algorithm, states: list[State], probe: torch.Tensor) -> dict[str, float]:
+def feature_distance(algorithm: ServerAlgorithm, states: list[State], probe: torch.Tensor) -> dict[str, float]:
     """Mean pairwise ℓ2 distance of the clients' features on the same probe inputs, raw and relative."""
     if len(states) < 2:
         return {}
@@ -86,7 +87,7 @@ def model_update_norm(before: State, after: State) -> float | None:
     return float(sum(float((new[k].double() - old[k].double()).pow(2).sum()) for k in keys) ** 0.5)
 
 
-def round_diagnostics(algorithm: Algorithm, before: State, after: State, updates: list[ClientUpdate],
+def round_diagnostics(algorithm: ServerAlgorithm, before: State, after: State, updates: list[ClientUpdate],
                       probe: torch.Tensor | None) -> dict[str, float]:
     """Every diagnostic that applies to this round's state and updates (see the module docstring)."""
     out: dict[str, float] = {}

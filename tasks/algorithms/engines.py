@@ -43,6 +43,7 @@ from tasks.algorithms.base import (
     batch_indices,
     training_only,
 )
+from tasks.algorithms.client_side import ClientAlgorithm
 from tasks.algorithms.prototypes import ClassMeans
 from tasks.algorithms.stacked import ClientLosses, layout_of, split_inputs
 from tasks.models.reuse import prepared
@@ -376,7 +377,7 @@ def clip_per_client(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str
     return {n: g * scale.reshape(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
-def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+def train_vectorized(algorithm: ClientAlgorithm, model: nn.Module, rounds: list[ClientRound],
                      batches: list[list[torch.Tensor]] | None = None) -> TrainedBatch:
     """Train the clients of `rounds` (one architecture: `model`) together; their trained states and losses.
     `batches`: their mini-batches where already drawn (`round_batches`).
@@ -451,7 +452,7 @@ def train_vectorized(algorithm: Algorithm, model: nn.Module, rounds: list[Client
     return TrainedBatch({**params, **fixed}, state_names, by_client, order)
 
 
-def train_rounds(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+def train_rounds(algorithm: ClientAlgorithm, model: nn.Module, rounds: list[ClientRound],
                  batches: list[list[torch.Tensor]] | None = None) -> TrainedBatch:
     """train_vectorized over the clients' phases (LocalObjective.phases, the same for every client of a call), each
     from where the one before left every client, as base.train_phases runs them one client at a time. `batches`
@@ -473,7 +474,7 @@ def train_rounds(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRoun
     return result
 
 
-def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
+def one_step_foldable(algorithm: ClientAlgorithm, rounds: list[ClientRound]) -> bool:
     """Whether `fold_one_step` is exact for these clients: plain SGD (momentum and weight decay are linear in a
     first step), no gradient clipping, no per-step side computation, one start state and one set of loss inputs
     shared by every client (FedAvg, FedProx)."""
@@ -484,7 +485,7 @@ def one_step_foldable(algorithm: Algorithm, rounds: list[ClientRound]) -> bool:
             and not any(split_inputs([r.objective.inputs for r in rounds])[1]))
 
 
-def fold_one_step(algorithm: Algorithm, model: nn.Module, rounds: list[ClientRound],
+def fold_one_step(algorithm: ClientAlgorithm, model: nn.Module, rounds: list[ClientRound],
                   batches: list[list[torch.Tensor]],
                   weights: list[float]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[float]]:
     """Σ_k w_k·θ_k over clients that each take one SGD step from the same start θ (`one_step_foldable`), without

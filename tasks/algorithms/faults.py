@@ -69,8 +69,10 @@ def one_line(err: BaseException) -> str:
 
 
 def hook_frames(algorithm_class: type) -> set[tuple[str, str]]:
-    """(file, function) of every hook of `Algorithm` as `algorithm_class` or one of its bases defines it."""
-    hooks = {name for name, value in vars(Algorithm).items() if callable(value) and not name.startswith("_")}
+    """(file, function) of every hook of `Algorithm` (its client side's and its server side's too) as
+    `algorithm_class` or one of its bases defines it."""
+    hooks = {name for side in Algorithm.__mro__ for name, value in vars(side).items()
+             if callable(value) and not name.startswith("_")}
     out = set()
     for cls in algorithm_class.__mro__:
         for name in hooks & set(vars(cls)):

@@ -25,9 +25,10 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from tasks.algorithms.base import Algorithm, State
+from tasks.algorithms.client_side import ClientAlgorithm, ClientSide
 from tasks.algorithms.hook_results import checked_loss
 from tasks.models.base import FLModel
+from tasks.types import State
 
 
 @dataclass(frozen=True)
@@ -78,17 +79,17 @@ def split_inputs(inputs: list[State]) -> tuple[list, list[bool], object]:
 
 
 def stacked_cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """base.cross_entropy of each client's batch at once: logits [K, B, C], y and 0/1 weights [K, B] → [K], each the
+    """losses.cross_entropy of each client's batch at once: logits [K, B, C], y and 0/1 weights [K, B] → [K], each the
     mean over the client's real samples. F.cross_entropy's fused kernel over the K·B rows: under vmap its rule
-    costs more than it saves (base.cross_entropy), here it is one operator forward and one backward."""
+    costs more than it saves (losses.cross_entropy), here it is one operator forward and one backward."""
     k, b = y.shape
     nll = F.cross_entropy(logits.reshape(k * b, -1), y.reshape(-1), reduction="none").view(k, b)
     return (nll * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1.0)
 
 
-def keeps_base_loss(algorithm: Algorithm) -> bool:
+def keeps_base_loss(algorithm: ClientAlgorithm) -> bool:
     """Whether the method's local loss is the base class's plain cross-entropy."""
-    return type(algorithm).local_loss is Algorithm.local_loss
+    return type(algorithm).local_loss is ClientSide.local_loss
 
 
 class ClientLosses:
@@ -96,7 +97,7 @@ class ClientLosses:
     given: `losses(params, fixed, x, y, weight, batched_leaves)` for stacked rows, `one(...)` for one client's
     unstacked tensors. `batched_leaves` are the inputs that differ between clients, stacked (`self.batched_leaves`)."""
 
-    def __init__(self, algorithm: Algorithm, model: nn.Module, inputs: list[State]):
+    def __init__(self, algorithm: ClientAlgorithm, model: nn.Module, inputs: list[State]):
         self.algorithm, self.model = algorithm, model
         layout = layout_of(model)
         self.names, self.tied, self.stacks_forward = layout.param_names, layout.tied, layout.stacks_forward

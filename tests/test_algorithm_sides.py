@@ -10,6 +10,7 @@ import torch
 
 from tasks.algorithms.base import Algorithm, LocalObjective, cross_entropy
 from tasks.algorithms.client_side import ClientAlgorithm, ClientSide
+from tasks.algorithms.method_core import MethodCore
 from tasks.algorithms.server_side import ServerAlgorithm, ServerSide
 from tests.method_fixtures import tiny_method
 
@@ -22,7 +23,9 @@ def hooks(side: type) -> set[str]:
 
 
 def protocol_members(protocol: type) -> set[str]:
-    return hooks(protocol) | set(protocol.__annotations__)
+    """What the protocol and the protocols it extends name."""
+    own = [p for p in protocol.__mro__ if p is not object and getattr(p, "_is_protocol", False)]
+    return set().union(*(hooks(p) | set(vars(p).get("__annotations__", {})) for p in own)) - {"_is_protocol"}
 
 
 def written_signature(owner: type, name: str) -> inspect.Signature:
@@ -38,6 +41,7 @@ def test_each_protocol_names_its_side_s_hooks_with_their_signatures(side, protoc
     assert protocol_members(protocol) == hooks(side) | WHOLE_METHOD
     different = [name for name in hooks(side) if written_signature(side, name) != written_signature(protocol, name)]
     assert not different, f"{protocol.__name__} writes other signatures than {side.__name__} for {different}"
+    assert MethodCore in protocol.__mro__  # the whole method's part, written once for both sides
     for name in WHOLE_METHOD - {"name"}:
         assert written_signature(protocol, name) == written_signature(Algorithm, name), name
 

@@ -12,16 +12,15 @@ and the engines call nothing else of it).
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from tasks.algorithms.capabilities import Capabilities
 from tasks.algorithms.local_training import LocalObjective, train_phases
 from tasks.algorithms.losses import cross_entropy
+from tasks.algorithms.method_core import MethodCore
 from tasks.algorithms.model_state import state_of
 from tasks.algorithms.prototypes import ClassMeans
-from tasks.models import FLModel
 from tasks.types import ClientData, ClientUpdate, RoundContext, State
 
 
@@ -101,15 +100,9 @@ class ClientSide:
 
 
 @runtime_checkable
-class ClientAlgorithm(Protocol):
+class ClientAlgorithm(MethodCore, Protocol):
     """A method as the clients' runtime calls it: `ClientSide`'s hooks and, of the whole method, its name, its
     capabilities and its per-process models."""
-
-    name: ClassVar[str]
-
-    def capabilities(self) -> Capabilities: ...
-
-    def working_model(self, state: State | None = None, key: Any = "global", device=None) -> FLModel: ...
 
     def client_setup(self, data: ClientData, generator: torch.Generator) -> State: ...
 

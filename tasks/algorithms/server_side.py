@@ -10,9 +10,9 @@ calls of it beside the whole method it builds).
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from tasks.algorithms.capabilities import Capabilities
+from tasks.algorithms.method_core import MethodCore
 from tasks.algorithms.model_state import state_of
 from tasks.models import FLModel
 from tasks.types import ClientUpdate, State, weighted_average
@@ -63,15 +63,9 @@ class ServerSide:
 
 
 @runtime_checkable
-class ServerAlgorithm(Protocol):
+class ServerAlgorithm(MethodCore, Protocol):
     """A method as the server's runtime calls it: `ServerSide`'s hooks and, of the whole method, its name, its
     capabilities and its per-process models."""
-
-    name: ClassVar[str]
-
-    def capabilities(self) -> Capabilities: ...
-
-    def working_model(self, state: State | None = None, key: Any = "global", device=None) -> FLModel: ...
 
     def init_global(self) -> State: ...
 

@@ -5,6 +5,7 @@ import pickle
 import re
 
 import numpy as np
+import torch
 import pytest
 
 from orchestrator.experiment.config import load_config
@@ -103,6 +104,20 @@ def test_per_client_rotation_and_rotated_test_sets(tmp_path):
     client1 = data.client_data(1)
     raw = data.dataset.x_train[data.partition.train[1]]
     assert np.allclose(client1.x[:, 0, 7 - 2, 3].numpy(), raw[:, 0, 3, 2], atol=1e-5)
+
+
+def test_a_test_set_at_one_angle_each_sees_each_image_once_at_its_angle(tmp_path):
+    common = [f"data.partitions_dir={tmp_path}", "data.domains.kind=rotation", "data.domains.assign=per_client",
+              "data.domains.angles=[0, 90, 180]"]
+    every = prepare_data(load_config("configs/default.yaml", common)).test_sets()
+    once = prepare_data(load_config("configs/default.yaml", [*common, "data.domains.test=one_angle_each"])).test_sets()
+    assert set(once) == set(every) == {"rot0", "rot90", "rot180"}
+    for d, name in enumerate(["rot0", "rot90", "rot180"]):  # image j at angle j mod 3, as every_angle rotates it
+        assert torch.equal(once[name][0], every[name][0][d::3]) and torch.equal(once[name][1], every[name][1][d::3])
+    assert sum(len(y) for _, y in once.values()) == len(every["rot0"][1])
+    validation = [*common, "data.domains.test=one_angle_each", "data.validation_fraction=0.2", "eval.split=validation"]
+    held_out = prepare_data(load_config("configs/default.yaml", validation)).test_sets()
+    assert len({len(y) for _, y in held_out.values()}) == 1 and len(held_out["rot0"][1]) > len(once["rot0"][1])
 
 
 def test_partition_is_stored_once_as_parquet_and_reloaded(tmp_path, digits_y):

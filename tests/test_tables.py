@@ -119,7 +119,7 @@ def test_feddebias_counts_the_papers_threshold_at_its_protocol_and_its_own_at_mn
                   if c.setting is not None and c.column.rounds_to is not None} for b in ("mnist", "smoke", "paper")}
     names = {"table1/Rounds for 80%", "table3/Rounds for 80%", "table10/RotatedMNIST Rounds (Speed up)"}
     assert rounds["paper"] == dict.fromkeys(names, 0.8)
-    assert rounds["mnist"] == rounds["smoke"] == dict.fromkeys(names, 0.4)
+    assert rounds["mnist"] == rounds["smoke"] == dict.fromkeys(names, 0.35)
     assert {c.setting for c in resolve_budget(spec, DEFAULT_BUDGET, path).columns if c.column.rounds_to} == {None}
     worst = next(c for c in resolve_budget(spec, "mnist", path).columns if c.table.id == "table11" and c.setting)
     assert worst.metric == "accuracy_worst:top5"

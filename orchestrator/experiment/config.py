@@ -140,6 +140,12 @@ class DomainConfig(Strict):
         description="grouped: the training set is split into one equal part per angle, each part partitioned over "
         "its share of clients; per_client: client i gets angle i mod len(angles) on its own partition",
     )
+    test: Literal["every_angle", "one_angle_each"] = Field(
+        "every_angle",
+        description="the global test set: every_angle, the whole set once per angle (accuracy the mean over the "
+        "angles); one_angle_each, test image j at angle j mod len(angles) only, a tenth of the cost at ten angles "
+        "(a validation split, eval.split, is still seen at every angle)",
+    )
 
 
 class SyntheticConfig(Strict):

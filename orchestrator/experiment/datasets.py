@@ -116,7 +116,7 @@ def prepare_data(cfg) -> FederatedData:
     content_hash = partition.content_hash()
     partition, validation = hold_out_validation(partition, cfg.data.validation_fraction, cfg.seed)
     return FederatedData(dataset, partition, list(angles), cfg.data.normalize, content_hash, validation,
-                         cfg.eval.split)
+                         cfg.eval.split, test_at_one_angle=cfg.data.domains.test == "one_angle_each")
 
 
 def _loader_options(cfg):

@@ -25,6 +25,7 @@ class FederatedData:
     partition_hash: str = ""
     validation: list[np.ndarray] = field(default_factory=list)  # per client: held out of its training samples
     evaluate_on: str = "test"  # or "validation": the held-out samples replace every test set
+    test_at_one_angle: bool = False  # test image j at angle j mod len(angles) only (data.domains.test)
 
     @property
     def num_clients(self) -> int:
@@ -64,6 +65,9 @@ class FederatedData:
         y = torch.tensor(y_np)
         if len(self.angles) == 1:
             return {"test": (self._view(x, 0), y)}
+        n = len(self.angles)
+        if self.test_at_one_angle and self.evaluate_on != "validation":
+            return {f"rot{a:g}": (self._view(x[d::n], d), y[d::n]) for d, a in enumerate(self.angles)}
         return {f"rot{a:g}": (self._view(x, d), y) for d, a in enumerate(self.angles)}
 
     def train_sizes(self) -> list[int]:

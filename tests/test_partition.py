@@ -5,8 +5,8 @@ import pickle
 import re
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 from orchestrator.experiment.config import load_config
 from orchestrator.experiment.datasets import load_or_make_partition, prepare_data

@@ -53,7 +53,7 @@ run: install
 
 # Two pytest workers (pytest-xdist), each with its own Ray instance, a test file whole on one of them (its module
 # fixtures made once): on two cores the suite waits on subprocesses and Ray as much as it computes
-# (benchmarks/README.md, "The test suite"). TEST_WORKERS=0 runs it in one process.
+# (docs/how-to/install.md, "The test suite"). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: install
 	$(VENV)/bin/ruff check mooring orchestrator tasks pipelines tests benchmarks

@@ -273,7 +273,7 @@ def tuned_row(spec: TableFile, row_id: str, tuning: Tuning, search: Search, star
     name_of = {path: path.rsplit(".", 1)[1] for path in search.space}
     chosen = {name_of[p]: v for p, v in search.last.best_params.items()}
     own = {name_of[p]: v for p, v in start.items()}
-    return TunedRow(params=chosen, searched={name_of[p]: range_text(r) for p, r in search.space.items()},
+    return TunedRow(params=chosen, searched=searched_ranges(search.space),
                     metric=spec.tuning_metric(row_id, tuning), trials=search.completed + search.pruned,
                     best_validation=round(search.last.best_value, 6), study=search.last.study,
                     date=datetime.date.today().isoformat(), completed=search.completed, pruned=search.pruned,
@@ -288,13 +288,17 @@ def range_text(spec: dict[str, Any]) -> str:
     return f"{spec['low']:g}..{spec['high']:g}" + (" log" if spec.get("log") else "")
 
 
+def searched_ranges(space: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """hyperparameter → its range as the tuned-values file writes it."""
+    return {path.rsplit(".", 1)[1]: range_text(spec) for path, spec in space.items()}
+
+
 def already_tuned(row: TunedRow | None, space: dict[str, dict[str, Any]]) -> bool:
     """Whether a recorded choice came from a search over `space` as it stands (the ranges it started from, before
     any widening): a tuning that stopped, on a machine whose study storage is gone, goes on from the next row."""
     if row is None:
         return False
-    started = {**row.searched, **row.widened}
-    return started == {path.rsplit(".", 1)[1]: range_text(spec) for path, spec in space.items()}
+    return {**row.searched, **row.widened} == searched_ranges(space)
 
 
 def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,

@@ -237,12 +237,17 @@ class MlflowServer:
             backend = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{self.database}"
         else:
             backend = f"sqlite:///{tmp / 'mlflow.db'}"
-        self.backend = backend
+        self.backend, self.tmp, self.starts = backend, tmp, 0
+        self._start()
+
+    def _start(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.starts += 1
         cmd = [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-               "--backend-store-uri", backend, "--artifacts-destination", str(tmp / "artifacts")]
-        self.process = subprocess.Popen(cmd, stdout=open(tmp / "mlflow.out", "w"), stderr=subprocess.STDOUT)
+               "--backend-store-uri", self.backend, "--artifacts-destination", str(self.tmp / "artifacts")]
+        self.log = self.tmp / f"mlflow-{self.starts}.out"
+        self.process = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
 
     def wait_ready(self) -> MlflowServer:
         wait_until(self._healthy, 180, "the MLflow server")
@@ -250,7 +255,13 @@ class MlflowServer:
 
     def _healthy(self) -> bool:
         if self.process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {self.process.returncode}")
+            # `mlflow server` binds its port some seconds after free_port() let it go, and exits 0 when the port
+            # was taken meanwhile (by the Ray nodes starting beside it): a fresh port, up to three starts
+            tail = self.log.read_text()[-600:]
+            if "address already in use" in tail and self.starts < 3:
+                self._start()
+                return False
+            raise RuntimeError(f"mlflow server exited with {self.process.returncode}: {tail}")
         try:
             with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
                 return response.status == 200

@@ -3,6 +3,10 @@ runtime's layering wrote them (tests/golden/histories_before_layers.json, writte
 tests/golden/make_histories.py at commit 9edb047): a refactor must not change a history in any bit, and the
 engines' own test (test_engines.py) compares them with each other only, within tolerance.
 
+The runs take the pinned numerics of make_histories.py (one thread, the CPU's portable kernels), in a process of
+their own: the same code then gives the same bits whichever kernels a CPU offers (what those settings are
+documented to do; measured on one CPU here, where the code before the layering and today's agree under them).
+
 A change MEANT to alter histories regenerates the file with its own code and says so, and why, in its commit
 message (README: "a change of these defaults changes histories, and says so in `git log`"):
 
@@ -11,11 +15,23 @@ message (README: "a change of these defaults changes histories, and says so in `
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.golden.make_histories import fingerprints, main
+from tests.golden.make_histories import main
 
 GOLDEN = Path(__file__).parent / "golden" / "histories_before_layers.json"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pinned_fingerprints(out: Path) -> dict:
+    """Every registered method's fingerprints, as `python tests/golden/make_histories.py OUT.json` writes them."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "golden" / "make_histories.py"), str(out)],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
 
 
 def changed_pairs(expected: dict, actual: dict) -> list[str]:
@@ -33,7 +49,7 @@ def changed_pairs(expected: dict, actual: dict) -> list[str]:
 
 def test_every_methods_history_is_bitwise_the_committed_one(tmp_path):
     expected = json.loads(GOLDEN.read_text())
-    changed = changed_pairs(expected, fingerprints(sorted(expected), tmp_path))
+    changed = changed_pairs(expected, pinned_fingerprints(tmp_path / "now.json"))
     assert not changed, ("histories changed since tests/golden/histories_before_layers.json was written "
                          "(history, state or refused):\n  " + "\n  ".join(changed))
 
@@ -66,8 +82,13 @@ def test_changed_pairs_names_each_pair_and_what_changed():
 
 
 def test_make_histories_without_an_output_says_how_to_call_it(capsys, tmp_path):
+    import torch  # noqa: F401  (imported here as in a pytest worker: make_histories then refuses to run)
+
     assert main([]) == 2
     assert main([str(tmp_path / "missing" / "out.json")]) == 2
+    assert main([str(tmp_path / "out.json")]) == 2  # this process has imported PyTorch: numerics not pinnable
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "usage: python tests/golden/make_histories.py OUT.json"
-    assert lines[1].endswith("does not exist") and len(lines) == 2
+    assert lines[1].endswith("does not exist")
+    assert lines[2] == "make_histories.py: run it as a script (PyTorch is already imported here)"
+    assert len(lines) == 3 and not (tmp_path / "out.json").exists()

@@ -8,17 +8,27 @@ an earlier version wrote, so that a refactor changing a history in any bit is ca
 
 The checkout measured is the one `orchestrator` is imported from, so this file can measure another checkout:
 `cd OTHER && PYTHONPATH=$PWD python /path/to/tests/golden/make_histories.py OUT.json`. It uses only what every
-version since before the runtime's layering has: `load_config` and `run_experiment`."""
+version since before the runtime's layering has: `load_config` and `run_experiment`.
+
+The bits of a float computation depend on the CPU as well as on the code: MKL and PyTorch pick their kernels by the
+instructions the processor has (AVX2, AVX-512), and a sum split another way rounds otherwise. So the runs take
+PINNED_NUMERICS, set before PyTorch is imported: MKL's conditional numerical reproducibility in its compatible
+mode, PyTorch's and oneDNN's portable kernels, one thread. Under them the same code gives the same bits on this
+host's AVX2 CPU whatever it ran beside; that another x86-64 CPU gives the same bits too is what these settings are
+documented to do, not measured here."""
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 ENGINES = ("sequential", "vectorized")
+PINNED_NUMERICS = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # the tiny run, every setting that shapes its numbers pinned here rather than left to configs/default.yaml;
 # each method's own settings at values that keep its two rounds short and still exercise its mechanism
 SETTINGS = [
@@ -116,6 +126,10 @@ def main(argv: list[str]) -> int:
     if not out.parent.is_dir():
         print(f"{out}: its directory {out.parent} does not exist", file=sys.stderr)
         return 2
+    if "torch" in sys.modules:  # its kernels and threads are chosen: the pinned settings would not take
+        print("make_histories.py: run it as a script (PyTorch is already imported here)", file=sys.stderr)
+        return 2
+    os.environ.update(PINNED_NUMERICS)
     out.write_text(json.dumps(fingerprints(), indent=1, sort_keys=True) + "\n")
     return 0
 

@@ -271,6 +271,10 @@ class TunedValues(Strict):
     set: list[str] = Field(default_factory=list, description="the --set the trials ran with (they win over the "
                            "tuning's overrides)")
     rows: dict[str, TunedRow] = Field(default_factory=dict)
+    in_progress: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="row → the ranges it searched and the finished trials of each of its "
+        "studies, for a row whose tuning a stop interrupted: the next --tune puts them back "
+        "(pipelines/tuning_progress.py)")
 
 
 class TableFile(Strict):
@@ -443,7 +447,8 @@ def load_table_file(path: str) -> TableFile:
         tuned = tuned_values_path(spec, path, budget)
         if tuned.is_file():
             values = read_tuned_values(tuned, spec)
-            spec._tuned[budget] = TunedState(values.rows, values.set, tuning_drift(values.tuning, tuning), str(tuned))
+            spec._tuned[budget] = TunedState(values.rows, values.set, tuning_drift(values.tuning, tuning), str(tuned),
+                                            values.in_progress)
     return spec
 
 
@@ -456,6 +461,7 @@ class TunedState:
     set: list[str] = field(default_factory=list)
     drift: dict[str, str] = field(default_factory=dict)
     path: str = ""
+    in_progress: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def tuning_drift(recorded: dict[str, Any], tuning: Tuning | None) -> dict[str, str]:
@@ -498,8 +504,9 @@ def write_tuned_values(path: Path, values: TunedValues, paper: str, source: str)
               "validation split\n# (pipelines/table_tuning.py); read by every run of the budget it was tuned for. "
               "Written by the tool: run --tune again rather than editing.\n")
     record = values.model_dump()
-    if not record["set"]:
-        del record["set"]
+    for empty in ("set", "in_progress"):
+        if not record[empty]:
+            del record[empty]
     text = header + yaml.safe_dump(record, sort_keys=False, allow_unicode=True)
     storage.write_bytes_atomic(str(path.absolute()), text.encode())
 

@@ -16,7 +16,9 @@ choice moved from them.
 The chosen values are written, row by row as each sweep ends, into the tuned-values file of the budget tuned
 (`configs/tables/<paper>.tuned.yaml` for the digits budget, `<paper>.<budget>.tuned.yaml` for a budget with a
 `tuning:` of its own), which every later run of that budget reads. The studies live in one SQLite file under the
-budget's results directory, so `--tune` run again resumes where it stopped and a finished row costs nothing.
+budget's results directory, so `--tune` run again resumes where it stopped and a finished row costs nothing; where
+that directory is gone (another machine), the tuned-values file's record of an interrupted row's finished trials
+puts them back (pipelines/tuning_progress.py).
 """
 from __future__ import annotations
 
@@ -239,6 +241,16 @@ def search_with_widening(cfg: ExperimentConfig, space: dict[str, dict[str, Any]]
     return search
 
 
+def study_storage(tuning_dir: Path) -> str:
+    """The SQLite storage of every row's studies."""
+    return f"sqlite:///{(tuning_dir / 'optuna.db').absolute()}"
+
+
+def study_base(spec: TableFile, row_id: str) -> str:
+    """The name of a row's first study (its widened searches add -widened<n>)."""
+    return f"{spec.paper}-tune-{row_id}"
+
+
 def tune_row(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[str, dict[str, Any]],
              tuning: Tuning, tuning_dir: Path, address: str | None, parallel: int | None, echo) -> TunedRow:
     """One row's sweep (resumed where an earlier --tune left it), widened where its choice lies at a bound
@@ -248,11 +260,11 @@ def tune_row(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[st
 
     base_path = tuning_dir / f"{row_id}.base.yaml"
     base_path.write_text(cfg.to_yaml())
-    storage_url = f"sqlite:///{(tuning_dir / 'optuna.db').absolute()}"
+    storage_url = study_storage(tuning_dir)
     grid = bool(spec.rows[row_id].tune_grid)
 
     def run_study(attempt: int, space: dict[str, dict[str, Any]], enqueue: list | None) -> StudyOutcome:
-        study = f"{spec.paper}-tune-{row_id}" + (f"-widened{attempt}" if attempt else "")
+        study = study_base(spec, row_id) + (f"-widened{attempt}" if attempt else "")
         sweep_path = tuning_dir / f"{row_id}{f'.widened{attempt}' if attempt else ''}.sweep.yaml"
         sweep_path.write_text(yaml.safe_dump(sweep_file(spec, row_id, cfg, space, tuning, storage_url,
                                                         base_path.name, parallel, study, enqueue), sort_keys=False))
@@ -315,7 +327,8 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
     out = tuned_values_path(spec, source, budget)
     cli = {".".join(path): value for path, value in map(parse_override, cli_overrides)}
     same = not state.drift and state.set == list(cli_overrides)
-    values = TunedValues(tuning=tuning.model_dump(), set=list(cli_overrides), rows=dict(state.rows) if same else {})
+    values = TunedValues(tuning=tuning.model_dump(), set=list(cli_overrides), rows=dict(state.rows) if same else {},
+                         in_progress=dict(state.in_progress) if same else {})
     tuning_dir = results / "tuning"
     tuning_dir.mkdir(parents=True, exist_ok=True)
     spaces = {row_id: search_space(spec, row_id) for row_id in run.variants}  # every `tune` list checked first
@@ -330,8 +343,48 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
             continue
         how = "the paper's grid in full" if spec.rows[row_id].tune_grid else f"{tuning.trials} trials"
         echo(f"tune {row_id}: {how} of {', '.join(space)} in {tuning.setting}'s validation split")
+        put_back_progress(spec, row_id, space, values, tuning_dir, echo)
         cfg = tuning_config(run.base, variant, tuning, cli)
-        values.rows[row_id] = tune_row(spec, row_id, cfg, space, tuning, tuning_dir, address, parallel, echo)
+        try:
+            values.rows[row_id] = tune_row(spec, row_id, cfg, space, tuning, tuning_dir, address, parallel, echo)
+        except BaseException:
+            record_progress(spec, row_id, space, values, tuning_dir)
+            write_tuned_values(out, values, spec.paper, source)
+            raise
+        values.in_progress.pop(row_id, None)
         write_tuned_values(out, values, spec.paper, source)
         echo(f"tune {row_id}: chose {values.rows[row_id].params} (validation {values.rows[row_id].best_validation})")
     return out
+
+
+def put_back_progress(spec: TableFile, row_id: str, space: dict[str, dict[str, Any]], values: TunedValues,
+                      tuning_dir: Path, echo) -> None:
+    """The finished trials an interrupted tuning of the row recorded, put back into its studies where this
+    machine's storage lacks them (a record from other ranges is dropped: its trials searched another space)."""
+    from pipelines.tuning_progress import restore_progress
+
+    record = values.in_progress.get(row_id)
+    if record is None:
+        return
+    if record.get("searched") != searched_ranges(space):
+        del values.in_progress[row_id]
+        return
+    restored = restore_progress(study_storage(tuning_dir), record["studies"])
+    if restored:
+        echo(f"tune {row_id}: {restored} finished trials of an interrupted tuning put back from the tuned-values "
+             "file; the row goes on from them")
+
+
+def record_progress(spec: TableFile, row_id: str, space: dict[str, dict[str, Any]], values: TunedValues,
+                    tuning_dir: Path) -> None:
+    """The finished trials of the row's studies, kept in `values` for the next --tune, wherever it runs; a
+    storage that cannot be read now leaves the earlier record as it was (the stop that got here is what the
+    caller reports)."""
+    from pipelines.tuning_progress import study_progress
+
+    try:
+        studies = study_progress(study_storage(tuning_dir), study_base(spec, row_id))
+    except Exception:
+        return
+    if studies:
+        values.in_progress[row_id] = {"searched": searched_ranges(space), "studies": studies}

@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines.paired", "pipelines.table_stats"),  # the statistics comparisons and tables are read with
     # a sweep's pieces: its objective, file, Optuna objects, trials and drivers, the best trial's test score
     ("pipelines.sweep_objective", "pipelines.sweep_file", "pipelines.sweep_optuna", "pipelines.best_on_test",
-     "pipelines.study_trials", "pipelines.sweep_trial", "pipelines.driver_liveness"),
+     "pipelines.study_trials", "pipelines.sweep_trial", "pipelines.driver_liveness", "pipelines.tuning_progress"),
     ("pipelines.reports", "pipelines.sweep_tracking", "pipelines.table_report"),  # what is written for people
     # a sweep run, and a table's rows tuned by sweeps
     ("pipelines.trial_outcomes", "pipelines.sweep_driver", "pipelines.sweep", "pipelines.table_tuning"),

@@ -19,6 +19,7 @@ from pipelines.table_config import (
     DEFAULT_BUDGET,
     MIN_TRIALS,
     TunedRow,
+    TunedValues,
     load_table_file,
     resolve_budget,
     tuned_values_path,
@@ -29,8 +30,12 @@ from pipelines.table_tuning import (
     already_tuned,
     at_bounds,
     pruner_settings,
+    record_progress,
     search_space,
     search_with_widening,
+    searched_ranges,
+    study_base,
+    study_storage,
     sweep_file,
     tuned_row,
 )
@@ -361,6 +366,40 @@ def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_
     assert "tune b: kept" in capsys.readouterr().err
     assert yaml.safe_load((tmp_path / "tiny.mnist.tuned.yaml").read_text())["rows"]["b"] == row
     assert not (tmp_path / "elsewhere" / "tuning" / "optuna.db").exists()
+    resumes_an_interrupted_row_elsewhere(spec, path, args, tmp_path, capsys)
+
+
+def resumes_an_interrupted_row_elsewhere(spec, path: str, args: list[str], tmp_path: Path, capsys) -> None:
+    """A stop records the row's finished trials in the tuned-values file; on a machine without the studies, --tune
+    puts them back and runs only the trials still missing."""
+    import optuna
+
+    tuned = tmp_path / "tiny.mnist.tuned.yaml"
+    space = search_space(spec, "b")
+    recorded = TunedValues(tuning={})
+    record_progress(spec, "b", space, recorded, tmp_path / "r" / "tuning")
+    base = study_base(spec, "b")
+    first = optuna.load_study(study_name=base, storage=study_storage(tmp_path / "r" / "tuning"))
+    studies = recorded.in_progress["b"]["studies"]
+    assert recorded.in_progress["b"]["searched"] == searched_ranges(space) == {"mu": "0.0001..1 log"}
+    assert [(t["params"], t["value"], t["state"]) for t in studies[base]["trials"]] == \
+        [(t.params, t.value, t.state.name) for t in first.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    # as if the stop came after the first trial: the row not chosen yet, one trial recorded
+    record = yaml.safe_load(tuned.read_text())
+    del record["rows"]["b"]
+    one = {base: {"direction": "maximize", "trials": studies[base]["trials"][:1]}}
+    record["in_progress"] = {"b": {"searched": searched_ranges(space), "studies": one}}
+    tuned.write_text(yaml.safe_dump(record, allow_unicode=True))
+    again = [*args[:5], str(tmp_path / "again"), *args[6:]]
+    assert mooring([*again, "--tune"]) == 0
+    assert "tune b: 1 finished trials of an interrupted tuning put back" in capsys.readouterr().err
+    study = optuna.load_study(study_name=base, storage=study_storage(tmp_path / "again" / "tuning"))
+    put_back = one[base]["trials"][0]
+    assert (study.trials[0].params, study.trials[0].value) == (put_back["params"], put_back["value"])
+    assert study.trials[0].intermediate_values == {int(k): v for k, v in put_back["intermediate"].items()}
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 2  # the tuning's 2: one run here
+    after = yaml.safe_load(tuned.read_text())
+    assert "in_progress" not in after and after["rows"]["b"]["trials"] >= 2
 
 
 def test_a_recorded_choice_is_kept_only_for_the_ranges_its_search_started_from():

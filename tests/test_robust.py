@@ -273,6 +273,12 @@ def test_an_outside_method_is_attacked_unchanged(tmp_path):
     (["algorithm.aggregator=median", "participation.mode=buffered"],
      "algorithm.aggregator = 'median': buffered aggregation folds each update in as it arrives"),
     (["algorithm.aggregator=mode"], "algorithm.aggregator.name = 'mode': Input should be 'mean'"),
+    (["algorithm.aggregator=median", "algorithm.name=qffl"],
+     "algorithm.aggregator = 'median': qffl: its step weighs each client's update by its loss to the power q"),
+    (["algorithm.aggregator=trimmed_mean", "algorithm.name=fednova"],
+     "algorithm.aggregator = 'trimmed_mean': fednova: it averages each client's update divided by its own step"),
+    (["algorithm.aggregator=krum", "algorithm.name=groupdro"],
+     "algorithm.aggregator = 'krum': groupdro: it averages the clients' models with weights that grow"),
 ])
 def test_unsound_or_impossible_settings_are_refused_in_one_line(capsys, sets, line):
     from orchestrator.cli import main

@@ -24,6 +24,8 @@ def robustness_refusal(cfg) -> tuple[str, Any, str]:
         key, name = "algorithm.aggregator", aggregator.name
         if not can.global_model:
             return key, name, f"{method.name} has no global model whose updates it could aggregate"
+        if method.no_robust_aggregation:
+            return key, name, f"{method.name}: {method.no_robust_aggregation}"
         if buffered:
             return key, name, ("buffered aggregation folds each update in as it arrives; a robust aggregator needs "
                                "a round's updates together")

@@ -168,6 +168,9 @@ class Algorithm(ClientSide, ServerSide):
     # whether a method that aggregates in its own way still weighs clients by `aggregation_weights` (the base
     # class's aggregate does), so that algorithm.averaging may be set for it
     follows_averaging: ClassVar[bool] = False
+    # why a robust aggregator (algorithm.aggregator) cannot stand in for this method's aggregation ("" = it can: its
+    # aggregate then takes the robust aggregate where it would have taken the mean; docs/robustness.md)
+    no_robust_aggregation: ClassVar[str] = ""
 
     @classmethod
     def capabilities(cls) -> Capabilities:

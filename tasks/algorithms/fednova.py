@@ -45,6 +45,8 @@ class FedNova(Algorithm):
     shares = "the model, normalised by its local steps"
     keeps_client_state = False
     follows_averaging = True
+    no_robust_aggregation = ("it averages each client's update divided by its own step count; a robust aggregator "
+                             "hands it one aggregate of the raw updates, so the normalisation would be lost")
     plain_sgd = "each client's τ_i becomes ‖a_i‖₁, its momentum-weighted step count (docs/methods/fednova.md §3)"
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):

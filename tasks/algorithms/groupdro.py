@@ -40,6 +40,9 @@ class GroupDRO(Algorithm):
         return {**super().init_global(), "log_weights": torch.zeros(n, dtype=torch.float64),
                 "reported": torch.zeros(n, dtype=torch.bool)}
 
+    no_robust_aggregation = ("it averages the clients' models with weights that grow with their losses; a robust "
+                             "aggregator hands it one aggregate for every client, leaving nothing to weigh")
+
     def aggregate(self, state, updates, round_idx):
         """w_i ← w_i·exp(η·l_i) for the round's clients (w_i = n_i the first time), then their models averaged with
         the new weights (Sagawa et al.'s order: the weights step, then the model)."""

@@ -74,6 +74,8 @@ class QFFL(Algorithm):
     shares = "the model and its loss"
     keeps_client_state = False
     Params = QFFLParams
+    no_robust_aggregation = ("its step weighs each client's update by its loss to the power q; a robust aggregator "
+                             "hands it one aggregate for every client, leaving nothing to weigh")
 
     def client_result(self, trained, train_loss, payload, data, client_state, ctx):
         start = self.working_model(payload["model"], key="qffl_start", device=ctx.device)

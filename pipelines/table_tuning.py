@@ -313,6 +313,24 @@ def already_tuned(row: TunedRow | None, space: dict[str, dict[str, Any]]) -> boo
     return {**row.searched, **row.widened} == searched_ranges(space)
 
 
+def kept_rows(spec: TableFile, run: SettingRun, budget: str, cli_overrides: list[str], retune: bool) -> set[str]:
+    """The rows of `run` whose recorded choice --tune keeps rather than searching again: chosen in the same
+    tuning, --set and ranges (none with `retune`)."""
+    state = spec.tuned_state(budget)
+    if retune or state.drift or state.set != list(cli_overrides):
+        return set()
+    return {r for r in run.variants if already_tuned(state.rows.get(r), search_space(spec, r))}
+
+
+def trials_recorded(spec: TableFile, budget: str, row_id: str) -> int:
+    """The finished trials of the row's first study that the tuned-values file carries from an interrupted
+    tuning (put back by the next --tune where they searched the same ranges)."""
+    record = spec.tuned_state(budget).in_progress.get(row_id)
+    if not record or record.get("searched") != searched_ranges(search_space(spec, row_id)):
+        return 0
+    return len(record["studies"].get(study_base(spec, row_id), {}).get("trials", []))
+
+
 def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,
          echo, cli_overrides: list[str] = (), budget: str = DEFAULT_BUDGET, retune: bool = False) -> Path:
     """Every row of `run` (the tuning setting, its rows that tune), one sweep each (and more where a choice lies
@@ -327,6 +345,7 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
     out = tuned_values_path(spec, source, budget)
     cli = {".".join(path): value for path, value in map(parse_override, cli_overrides)}
     same = not state.drift and state.set == list(cli_overrides)
+    kept = kept_rows(spec, run, budget, cli_overrides, retune)
     values = TunedValues(tuning=tuning.model_dump(), set=list(cli_overrides), rows=dict(state.rows) if same else {},
                          in_progress=dict(state.in_progress) if same else {})
     tuning_dir = results / "tuning"
@@ -337,7 +356,7 @@ def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: 
         if not space:
             echo(f"tune {row_id}: {spec.rows[row_id].method} has no searchable hyperparameters")
             continue
-        if same and not retune and already_tuned(state.rows.get(row_id), space):
+        if row_id in kept:
             echo(f"tune {row_id}: kept {state.rows[row_id].params} from {out} (the same tuning, --set and ranges; "
                  "--retune searches again)")
             continue

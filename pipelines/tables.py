@@ -458,7 +458,7 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     """--tune: one sweep per row that tunes, in the tuning setting of the budget (the digits budget's `tuning:`, or
     the budget's own); the choices written as each sweep ends."""
     from orchestrator.experiment.config import ConfigError
-    from pipelines.table_tuning import rows_to_tune, tune
+    from pipelines.table_tuning import kept_rows, rows_to_tune, tune
 
     own = plan.name == DEFAULT_BUDGET or spec.budgets[plan.name].tuning is not None
     if not own:
@@ -476,7 +476,8 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     # tuned from the file's own values: the earlier choices are not the starting point of the new search
     untuned = replace(plan, tuned={})
     run = setting_run(spec, untuned, tuning.setting, rows_to_tune(spec, built), args.overrides, args.config)
-    print(tuning_estimate(spec, plan, run, tuning, args.parallel), file=sys.stderr)
+    kept = kept_rows(spec, run, plan.name, args.overrides, args.retune)
+    print(tuning_estimate(spec, plan, run, tuning, args.parallel, kept), file=sys.stderr)
     with holding_results(results, ["tuning"]):
         if problems := preflight([run], [tuning.seed]):
             raise ConfigError("; ".join(problems))
@@ -555,24 +556,30 @@ def table_seconds(plan: BudgetPlan, left: list[tuple], parallel: int | None) -> 
         (parallel or plan.timing.parallel)
 
 
-def tuning_estimate(spec: TableFile, plan: BudgetPlan, run: SettingRun, tuning, parallel: int | None) -> str:
-    """One line: the tuning's trials and, from the budget's measured seconds a round, at most how long they take
+def tuning_estimate(spec: TableFile, plan: BudgetPlan, run: SettingRun, tuning, parallel: int | None,
+                    kept: set[str] = frozenset()) -> str:
+    """One line: the trials the tuning has left (the rows in `kept` and the trials the tuned-values file carries
+    from an interrupted row are done) and, from the budget's measured seconds a round, at most how long they take
     (pruned trials stop early; a widened range tunes a row again)."""
     from orchestrator.experiment.config import with_overrides
-    from pipelines.table_tuning import search_space
+    from pipelines.table_tuning import search_space, trials_recorded
 
     trials, seconds, rows = 0, 0.0, 0
     for row_id, variant in run.variants.items():
         grid = spec.rows[row_id].tune_grid
         n = math.prod(len(v) for v in grid.values()) if grid else tuning.trials
-        if not search_space(spec, row_id):
+        if not search_space(spec, row_id) or row_id in kept:
             continue
+        n = max(0, n - trials_recorded(spec, plan.name, row_id))
         rounds = with_overrides(run.base, {**variant, **tuning.overrides}).train.rounds
         trials, rows = trials + n, rows + 1
         cost = run_seconds(plan, row_id, rounds, run.setting)
         seconds = None if cost is None or seconds is None else seconds + n * cost
-    head = f"tuning: {rows} rows, {trials} trials in {tuning.setting}"
-    if seconds is None:
+    head = f"tuning: {rows} rows, {trials} trials in {tuning.setting}" + (
+        f" ({len(kept)} {'row' if len(kept) == 1 else 'rows'} already tuned, kept)" if kept else "")
+    if not trials:
+        return head
+    if seconds is None or plan.timing is None:
         return f"{head}; budget {plan.name} has no measured seconds a round (`timing:`) to estimate the time from"
     at = parallel or (plan.timing.parallel if plan.timing else 1)
     return (f"{head}, at most about {minutes(seconds / at)} at {at} at a time before any widening (measured: "

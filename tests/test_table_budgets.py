@@ -363,7 +363,8 @@ def test_tune_at_a_budget_writes_its_own_values_with_counts_and_the_budget_then_
     # the study storage gone (a new machine): --tune again keeps the recorded choice, searching nothing
     elsewhere = [*args[:5], str(tmp_path / "elsewhere"), *args[6:]]
     assert mooring([*elsewhere, "--tune"]) == 0
-    assert "tune b: kept" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "tuning: 0 rows, 0 trials in m (1 row already tuned, kept)" in err and "tune b: kept" in err
     assert yaml.safe_load((tmp_path / "tiny.mnist.tuned.yaml").read_text())["rows"]["b"] == row
     assert not (tmp_path / "elsewhere" / "tuning" / "optuna.db").exists()
     resumes_an_interrupted_row_elsewhere(spec, path, args, tmp_path, capsys)
@@ -392,7 +393,9 @@ def resumes_an_interrupted_row_elsewhere(spec, path: str, args: list[str], tmp_p
     tuned.write_text(yaml.safe_dump(record, allow_unicode=True))
     again = [*args[:5], str(tmp_path / "again"), *args[6:]]
     assert mooring([*again, "--tune"]) == 0
-    assert "tune b: 1 finished trials of an interrupted tuning put back" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "tuning: 1 rows, 1 trials in m, at most about" in err  # 2 a row, 1 of them recorded
+    assert "tune b: 1 finished trials of an interrupted tuning put back" in err
     study = optuna.load_study(study_name=base, storage=study_storage(tmp_path / "again" / "tuning"))
     put_back = one[base]["trials"][0]
     assert (study.trials[0].params, study.trials[0].value) == (put_back["params"], put_back["value"])

@@ -46,6 +46,18 @@ class Sweep:
     max_failures: int  # failed trials of one driver after which it stops the sweep
 
     @property
+    def fingerprint(self) -> str:
+        """What the study's trials measure: the base experiment (but for its name, where it runs, logs and
+        checkpoints), the ranges searched and the objective. Trials of two fingerprints are two searches."""
+        import hashlib
+        import json
+
+        base = self.base.model_dump(mode="json", exclude={"name", "resources", "tracking", "checkpoint"})
+        what = {"base": base, "space": {p: v.model_dump(mode="json") for p, v in self.space.items()},
+                "objective": self.config.objective.model_dump(mode="json")}
+        return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
     def sweep_dir(self) -> str:
         """Where trial run directories and the study's outputs go (absolute: Ray workers write there)."""
         runs = self.base.checkpoint.dir

@@ -17,6 +17,8 @@ from pipelines.sweep_config import (
 from pipelines.sweep_file import Sweep, redacted
 from pipelines.sweep_objective import study_direction
 
+SWEEP_ATTR = "mooring:sweep"  # the study's user attribute: the fingerprint of the sweep that made it
+
 
 def quiet_optuna():
     import optuna
@@ -88,6 +90,7 @@ def open_study(sweep: Sweep, storage_obj):
     try:
         study = optuna.create_study(study_name=sweep.study_name, storage=storage_obj, direction=direction,
                                     sampler=build_sampler(sweep, sweep.config.sampler.seed), pruner=pruner)
+        study.set_user_attr(SWEEP_ATTR, sweep.fingerprint)
         return study, True
     except optuna.exceptions.DuplicatedStudyError:
         pass
@@ -99,6 +102,13 @@ def open_study(sweep: Sweep, storage_obj):
     if study.direction != direction:
         raise ConfigError(f"--study {sweep.study_name}: that study's direction is {study.direction.name.lower()}; "
                           f"this sweep's objective.direction is {sweep.config.objective.direction.value}")
+    made_by = study.user_attrs.get(SWEEP_ATTR)
+    if made_by is None:  # a study made elsewhere (by hand, or put back from a record): this sweep's from now on
+        study.set_user_attr(SWEEP_ATTR, sweep.fingerprint)
+    elif made_by != sweep.fingerprint:
+        raise ConfigError(f"--study {sweep.study_name}: that study's trials ran another sweep (its base config, "
+                          "--set, ranges or objective differ from this one's), and resuming it would mix the two "
+                          "searches: give this sweep a study of its own (--study NAME) or run the sweep as it was")
     return study, False
 
 

@@ -415,6 +415,23 @@ def test_a_study_name_no_trial_can_use_is_refused_before_any_trial(tmp_path):
     assert not (tmp_path / "optuna.db").exists()
 
 
+def test_a_study_made_by_another_sweep_is_refused_rather_than_resumed(tmp_path):
+    """A study resumed by a sweep whose base config, --set or ranges changed would mix two searches in one
+    (before, it was resumed silently): one line, exit 2, before Ray; the same sweep resumes it."""
+    from pipelines.sweep_file import load_sweep
+    from pipelines.sweep_optuna import open_storage, open_study
+
+    path = write_sweep(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "s", algorithm="fedprox")
+    sweep = load_sweep(path)
+    study, created = open_study(sweep, open_storage(sweep.storage_url))
+    assert created and study.user_attrs["mooring:sweep"] == sweep.fingerprint
+    assert open_study(load_sweep(path, n_trials=50, parallel=3), open_storage(sweep.storage_url))[1] is False
+    rc, _, err = mooring("sweep", str(path), "--set", "seed=12345", "--address", "127.0.0.1:1")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: --study s: that study's trials ran another sweep (its base config, --set"), err
+    assert load_sweep(path, overrides=["seed=12345"]).fingerprint != sweep.fingerprint
+
+
 @pytest.mark.timeout(120)
 def test_trials_whose_configs_are_refused_count_as_failures_and_end_the_sweep(ray_session, tmp_path, mlflow_uri):
     """Every combination refused (3 clients, 4 per round; each value valid alone): max_failures trials fail (by

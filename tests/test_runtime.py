@@ -195,6 +195,17 @@ def test_bad_address_is_one_clear_line(workdir):
         "`ray start --head` or leave out --address for a local one"]
 
 
+def test_an_unreachable_ray_address_variable_is_one_clear_line(workdir):
+    """RAY_ADDRESS is the cluster a command joins without --address: checked as --address is (ray.init would hang)."""
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "configs/default.yaml",
+                          *[f"--set={o}" for o in workdir]], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": "127.0.0.1:9"})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: RAY_ADDRESS 127.0.0.1:9: no Ray cluster reachable there (Connection refused); start one with "
+        "`ray start --head` or unset RAY_ADDRESS for a local one"]
+
+
 def test_run_cli_output_json(tmp_path):
     path = tmp_path / "result.json"
     overrides = [f"--set={o}" for o in FAST + [f"checkpoint.dir={tmp_path}/runs", f"data.partitions_dir={tmp_path}/p",

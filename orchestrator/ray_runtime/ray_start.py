@@ -11,19 +11,20 @@ from orchestrator.errors import RunError
 from orchestrator.ray_runtime.address import AddressError, parse_ray, refusal, unreachable
 
 
-def check_address(address: str) -> None:
+def check_address(address: str, source: str = "--address") -> None:
     """Fail fast, in one line, when an address is not plainly HOST:PORT or ray://HOST:PORT (orchestrator/
     ray_runtime/address.py: no part that parsers read two ways), or when nothing listens there (ray.init would hang
-    or trace)."""
+    or trace). `source`: where the address came from, --address or the RAY_ADDRESS variable."""
     if address == "auto":
         return
     try:
         endpoint = parse_ray(address)
     except AddressError as e:
-        raise RunError(refusal("--address", address, e)) from None
+        raise RunError(refusal(source, address, e)) from None
     if problem := unreachable(endpoint):
-        raise RunError(f"--address {address}: no Ray cluster reachable there ({problem}); "
-                       "start one with `ray start --head` or leave out --address for a local one")
+        leave_out = "leave out --address" if source == "--address" else f"unset {source}"
+        raise RunError(f"{source} {address}: no Ray cluster reachable there ({problem}); "
+                       f"start one with `ray start --head` or {leave_out} for a local one")
 
 
 # A client actor's results (a round's client models) come back inline up to this size instead of through the
@@ -94,6 +95,8 @@ def ensure_ray(address: str | None = None) -> None:
         return
     if address:
         check_address(address)
+    elif os.environ.get("RAY_ADDRESS"):  # ray.init joins it as it would --address
+        check_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
     try:
         init_ray(address=address, logging_level=logging.WARNING, include_dashboard=False if not address else None,
                  configure_logging=True, log_to_driver=True)

@@ -144,7 +144,7 @@ class DomainConfig(Strict):
         "every_angle",
         description="the global test set: every_angle, the whole set once per angle (accuracy the mean over the "
         "angles); one_angle_each, test image j at angle j mod len(angles) only, a tenth of the cost at ten angles "
-        "(a validation split, eval.split, is still seen at every angle)",
+        "(a validation split evaluated on, eval.split, is seen the same way)",
     )
 
 

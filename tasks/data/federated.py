@@ -66,7 +66,7 @@ class FederatedData:
         if len(self.angles) == 1:
             return {"test": (self._view(x, 0), y)}
         n = len(self.angles)
-        if self.test_at_one_angle and self.evaluate_on != "validation":
+        if self.test_at_one_angle:
             return {f"rot{a:g}": (self._view(x[d::n], d), y[d::n]) for d, a in enumerate(self.angles)}
         return {f"rot{a:g}": (self._view(x, d), y) for d, a in enumerate(self.angles)}
 

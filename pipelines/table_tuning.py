@@ -322,13 +322,18 @@ def kept_rows(spec: TableFile, run: SettingRun, budget: str, cli_overrides: list
     return {r for r in run.variants if already_tuned(state.rows.get(r), search_space(spec, r))}
 
 
+def progress_record(in_progress: dict[str, dict[str, Any]], row_id: str,
+                    space: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The row's record of an interrupted tuning, where it searched `space` as it stands (None otherwise)."""
+    record = in_progress.get(row_id)
+    return record if record and record.get("searched") == searched_ranges(space) else None
+
+
 def trials_recorded(spec: TableFile, budget: str, row_id: str) -> int:
     """The finished trials of the row's first study that the tuned-values file carries from an interrupted
     tuning (put back by the next --tune where they searched the same ranges)."""
-    record = spec.tuned_state(budget).in_progress.get(row_id)
-    if not record or record.get("searched") != searched_ranges(search_space(spec, row_id)):
-        return 0
-    return len(record["studies"].get(study_base(spec, row_id), {}).get("trials", []))
+    record = progress_record(spec.tuned_state(budget).in_progress, row_id, search_space(spec, row_id))
+    return len(record["studies"].get(study_base(spec, row_id), {}).get("trials", [])) if record else 0
 
 
 def tune(spec: TableFile, run: SettingRun, source: str, results: Path, address: str | None, parallel: int | None,
@@ -382,11 +387,9 @@ def put_back_progress(spec: TableFile, row_id: str, space: dict[str, dict[str, A
     machine's storage lacks them (a record from other ranges is dropped: its trials searched another space)."""
     from pipelines.tuning_progress import restore_progress
 
-    record = values.in_progress.get(row_id)
+    record = progress_record(values.in_progress, row_id, space)
     if record is None:
-        return
-    if record.get("searched") != searched_ranges(space):
-        del values.in_progress[row_id]
+        values.in_progress.pop(row_id, None)
         return
     restored = restore_progress(study_storage(tuning_dir), record["studies"])
     if restored:

@@ -86,8 +86,9 @@ def write_study_report(study, sweep, plots: list[Path], out_dir: Path, tracker) 
         parts.append(report.Table("Best trial", ["trial", f"{spec} (validation)", f"{spec} on the test set",
                                                  "parameters"],
                                   [[str(best.number), f"{best.value:.4f}", on_test, parameters(best.params)]]))
-        parts.append(report.Note("Trials are scored on their validation split; the best trial's config is run once "
-                                 "on the test sets (pipelines/best_on_test.py)."))
+        parts.append(report.Note("Trials are scored on their validation split; " + (
+            "the best trial's config is run once on the test sets (pipelines/best_on_test.py)."
+            if sweep.config.test_best else "the sweep does not run the best trial on the test sets (test_best: false).")))
     parts += [report.Figure(path.stem.replace("_", " ").capitalize(), path) for path in plots]
     parts.append(report.Table("Trials", ["trial", "state", "value", "parameters", "reason", "MLflow run"],
                               [[str(t.number), t.state.name.lower(), None if t.value is None else f"{t.value:.4f}",

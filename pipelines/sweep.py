@@ -7,7 +7,7 @@
       │     study.ask() → trial config → Ray task (num_cpus=0) → run_experiment with its own client actor
       │     in the task: trial.report(accuracy, round) every round; should_prune() → TrialPruned stops the run
       │     study.tell(COMPLETE | PRUNED | FAIL), with the reason of a failure as the trial's "fail_reason"
-      ├─ the best trial's config run once more, evaluated on the test sets (trials see only their validation
+      ├─ the best trial's config run once more on the test sets, unless test_best is off (trials see only their validation
       │  split: pipelines/sweep_objective.py), recorded in the study (pipelines/best_on_test.py)
       └─ at the end, on the parent run: best parameters, trials.csv, Optuna's plots, the best config as YAML
 
@@ -84,11 +84,12 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise
-    try:
-        measure_best_on_test(sweep, storage_obj, study, tracker)
-    except BaseException as e:
-        tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
-        raise
+    if sweep.config.test_best:
+        try:
+            measure_best_on_test(sweep, storage_obj, study, tracker)
+        except BaseException as e:
+            tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
+            raise
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")
     c = driver.counts()

@@ -244,6 +244,8 @@ class SweepConfig(Strict):
     pruner: PrunerConfig = Field(default_factory=lambda: MedianPruner(name="median"),
                                  description="when a trial is stopped before its last round; default median")
     parallel: int | None = Field(None, ge=1, description="trials at once; default: as the cluster's CPUs hold")
+    test_best: bool = Field(True, description="run the best trial's config once on the test sets when the trials are "
+                            "done; off where the tuned values' own runs measure the test sets (a table's tuning)")
     study: str | None = Field(None, description="default: the sweep file's name")
     storage: str | None = Field(None, description=f"Optuna RDB URL; default {DEFAULT_STORAGE} in the working directory")
 

@@ -118,6 +118,7 @@ def sweep_file(spec: TableFile, row_id: str, cfg: ExperimentConfig, space: dict[
         "params": space,
         "enqueue": enqueue if enqueue is not None else ([start] if start and not grid else []),
         "objective": {"metric": metric, "aggregate": aggregate},
+        "test_best": False,  # the table's own runs measure the tuned values on the test sets
     }
     if grid:
         out |= {"sampler": {"name": "grid", "seed": tuning.seed}, "pruner": {"name": "none"}}

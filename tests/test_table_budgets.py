@@ -127,6 +127,7 @@ def test_the_sweep_a_row_tunes_with_waits_a_third_of_the_trials_and_rounds():
     assert sweep["pruner"] == pruner_settings(tuning.trials, cfg.train.rounds)
     assert sweep["sampler"]["n_startup_trials"] == math.ceil(tuning.trials / 3)
     assert sweep["enqueue"] == [{"algorithm.fedprox.mu": spec.rows["fedprox"].params["mu"]}]  # its own values first
+    assert sweep["test_best"] is False  # the table's runs measure the test sets, not the sweep
     # the paper's grid: every point, unpruned
     spec.rows["fedprox"] = spec.rows["fedprox"].model_copy(update={"tune_grid": {"mu": [1.0, 0.1, 0.01]}})
     grid = sweep_file(spec, "fedprox", cfg, search_space(spec, "fedprox"), tuning, "sqlite:///x.db", "b.yaml", None)
@@ -403,6 +404,7 @@ def resumes_an_interrupted_row_elsewhere(spec, path: str, args: list[str], tmp_p
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 2  # the tuning's 2: one run here
     after = yaml.safe_load(tuned.read_text())
     assert "in_progress" not in after and after["rows"]["b"]["trials"] >= 2
+    assert "best_on_test" not in study.user_attrs and "best_on_test" not in first.user_attrs  # no run on the test sets
 
 
 def test_a_recorded_choice_is_kept_only_for_the_ranges_its_search_started_from():

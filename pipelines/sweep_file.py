@@ -12,6 +12,7 @@ from orchestrator.experiment.config import (
     ExperimentConfig,
     apply_overrides,
     build_config,
+    digest,
     read_yaml,
     set_dotted,
     with_overrides,
@@ -49,13 +50,9 @@ class Sweep:
     def fingerprint(self) -> str:
         """What the study's trials measure: the base experiment (but for its name, where it runs, logs and
         checkpoints), the ranges searched and the objective. Trials of two fingerprints are two searches."""
-        import hashlib
-        import json
-
         base = self.base.model_dump(mode="json", exclude={"name", "resources", "tracking", "checkpoint"})
-        what = {"base": base, "space": {p: v.model_dump(mode="json") for p, v in self.space.items()},
-                "objective": self.config.objective.model_dump(mode="json")}
-        return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return digest({"base": base, "space": {p: v.model_dump(mode="json") for p, v in self.space.items()},
+                       "objective": self.config.objective.model_dump(mode="json")})
 
     @property
     def sweep_dir(self) -> str:

@@ -151,13 +151,10 @@ FINGERPRINTS = "fingerprints.json"  # row → the fingerprint of the config its 
 def fingerprint(base, variant: dict[str, Any]) -> str:
     """What a row's runs in a setting depend on: its whole config but for the seed (each history is kept by
     seed), the run's name and where it logs and checkpoints."""
-    import hashlib
-    import json
+    from orchestrator.experiment.config import digest, with_overrides
 
-    from orchestrator.experiment.config import with_overrides
-
-    dump = with_overrides(base, variant).model_dump(mode="json", exclude={"seed", "name", "tracking", "checkpoint"})
-    return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return digest(with_overrides(base, variant).model_dump(mode="json",
+                                                           exclude={"seed", "name", "tracking", "checkpoint"}))
 
 
 def saved_runs(setting_dir: Path, prints: dict[str, str]) -> dict[str, dict[int, list]]:

@@ -18,10 +18,9 @@ from pipelines.sweep_optuna import open_storage, quiet_optuna
 FINISHED = ("COMPLETE", "PRUNED")
 
 
-def row_studies(storage_url: str, base: str) -> list[str]:
+def row_studies(storage, base: str) -> list[str]:
     """The names of a row's studies in the storage: `base` and its widened searches (`base`-widened<n>)."""
-    optuna = quiet_optuna()
-    names = optuna.get_all_study_names(storage=open_storage(storage_url))
+    names = quiet_optuna().get_all_study_names(storage=storage)
     return sorted(n for n in names if n == base or n.startswith(f"{base}-widened"))
 
 
@@ -39,7 +38,7 @@ def study_progress(storage_url: str, base: str) -> dict[str, dict[str, Any]]:
     optuna = quiet_optuna()
     storage = open_storage(storage_url)
     out = {}
-    for name in row_studies(storage_url, base):
+    for name in row_studies(storage, base):
         study = optuna.load_study(study_name=name, storage=storage)
         finished = [trial_record(t) for t in study.get_trials(deepcopy=False)
                     if t.state.name in FINISHED]

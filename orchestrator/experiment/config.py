@@ -950,6 +950,15 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+def digest(data: Any) -> str:
+    """16 hex digits of the sha256 of `data` as JSON with sorted keys: equal for equal dumps, whatever their
+    keys' order (a stored partition's name, a row's or a sweep's fingerprint)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():

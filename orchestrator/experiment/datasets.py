@@ -1,15 +1,13 @@
 """From a config to a FederatedData: load the dataset, make or reload its stored partition."""
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from orchestrator.experiment.config import TextConfig
+from orchestrator.experiment.config import TextConfig, digest
 from orchestrator.io import storage
 from tasks.data.datasets import load_dataset
 from tasks.data.federated import FederatedData
@@ -30,7 +28,7 @@ def partition_key(cfg) -> str:
             del spec["data"]["partition"][name]
     if spec["data"]["text"] == TextConfig().model_dump(mode="json"):
         del spec["data"]["text"]
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return digest(spec)
 
 
 def load_or_make_partition(cfg, y_train, owners=None) -> tuple[Partition, str]:

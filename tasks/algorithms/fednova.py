@@ -16,6 +16,7 @@ import torch
 
 from tasks.algorithms.base import Algorithm, ClientUpdate
 from tasks.algorithms.local_sgd import effective_steps
+from tasks.algorithms.model_state import stepped
 from tasks.algorithms.registry import register
 from tasks.algorithms.server_optimizers import parameter_names
 
@@ -26,17 +27,10 @@ def normalized_average(start: dict, models: list[dict], steps: list[float], weig
     total = float(sum(weights))
     p = [w / total for w in weights]
     tau_eff = sum(pi * a for pi, a in zip(p, steps))
-    out = {}
-    for name, x in start.items():
-        if name in parameters:
-            x64 = x.to(torch.float64)
-            d = sum(pi * (x64 - y[name].to(torch.float64)) / a for pi, y, a in zip(p, models, steps) if a > 0)
-            out[name] = (x64 - tau_eff * d).to(x.dtype)
-        elif torch.is_floating_point(x):
-            out[name] = sum(pi * y[name].to(torch.float64) for pi, y in zip(p, models)).to(x.dtype)
-        else:
-            out[name] = models[0][name].clone()
-    return out
+    return stepped(start, models, parameters,
+                   lambda name, x64: tau_eff * sum(pi * (x64 - y[name].to(torch.float64)) / a
+                                                   for pi, y, a in zip(p, models, steps) if a > 0),
+                   lambda name: sum(pi * y[name].to(torch.float64) for pi, y in zip(p, models)))
 
 
 @register

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from tasks.algorithms.base import Algorithm, ClientData, ClientUpdate, HyperParams, evaluating, searchable
+from tasks.algorithms.model_state import stepped
 from tasks.algorithms.registry import register
 from tasks.algorithms.server_optimizers import parameter_names
 
@@ -56,16 +57,9 @@ def qffl_step(start: dict[str, torch.Tensor], models: list[dict[str, torch.Tenso
         deltas.append({k: f**q * d for k, d in dw.items()})
         hs.append(q * f ** (q - 1) * norm2 + lip * f**q)
     denominator = sum(hs)
-    out = {}
-    for name, x in start.items():
-        if name in parameters:
-            step = sum(d[name] for d in deltas) / denominator if denominator > 0 else 0.0
-            out[name] = (x.to(torch.float64) - step).to(x.dtype)
-        elif torch.is_floating_point(x):
-            out[name] = (sum(m[name].to(torch.float64) for m in models) / len(models)).to(x.dtype)
-        else:
-            out[name] = models[0][name].clone()
-    return out
+    return stepped(start, models, parameters,
+                   lambda name, _: sum(d[name] for d in deltas) / denominator if denominator > 0 else 0.0,
+                   lambda name: sum(m[name].to(torch.float64) for m in models) / len(models))
 
 
 @register

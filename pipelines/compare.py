@@ -3,7 +3,8 @@
 Every variant of a seed runs on exactly the same partition (the partition depends only on the data spec
 and the seed). Runs go to Ray as tasks, as many at a time as the CPUs hold, each with its own coordinator
 and client actors, each an MLflow run nested under one parent run. The table (CSV and Parquet), every
-history (JSON), a PNG of accuracy by round and a shareable report.html are saved and logged to the parent run.
+history (JSON), a PNG of accuracy by round, a shareable report.html and the same report as report.md are saved
+and logged to the parent run.
 A run that fails (a method's bug, a non-finite loss) is a row marked failed with its reason, the others go on,
 and the comparison exits non-zero.
 """
@@ -485,7 +486,7 @@ def main(args) -> int:
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(
             table if paired is None else {"variants": table, "paired": paired[1]}, indent=1))
-    print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html"
+    print(f"saved {args.out}/runs.csv, runs.parquet, summary.csv, accuracy.png, report.html, report.md"
           + (f"; MLflow parent run {comp.parent_run_id}" if comp.parent_run_id else ""))
     if comp.failed:
         from orchestrator.errors import RUN_ERROR

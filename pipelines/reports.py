@@ -50,8 +50,18 @@ def write_comparison_report(comp: Comparison, table: list[dict[str, Any]], varia
         figures.append(report.Figure("Accuracy against simulated time", out_dir / "accuracy_time.png"))
     notes = ([report.Note(LEGEND)] + [report.Note(line) for line in global_model_legend(table)]
              + ([report.Note(FAIRNESS_LEGEND)] if columns else []))
-    parts = [summary, *notes, *paired_parts(comp, baseline, metrics), *figures, runs]
-    return report.write_report(out_dir / "report.html", title, "mooring compare", parts + links_note(tracker))
+    parts = [summary, *notes, *paired_parts(comp, baseline, metrics), *figures, runs] + links_note(tracker)
+    subtitle = comparison_subtitle(comp)
+    report.write_markdown(out_dir / "report.md", title, subtitle, parts)
+    return report.write_report(out_dir / "report.html", title, subtitle, parts)
+
+
+def comparison_subtitle(comp: Comparison) -> str:
+    """What the comparison ran: its runs, their seeds and their wall time added up."""
+    seeds = sorted({row["seed"] for row in comp.rows})
+    seconds = sum(row.get("wall_seconds") or 0.0 for row in comp.rows)
+    return (f"mooring compare: {len(comp.rows)} runs (seeds {', '.join(map(str, seeds))}), "
+            f"{seconds / 60:.1f} minutes of runs in all")
 
 
 def paired_parts(comp: Comparison, baseline: str | None, metrics: list[str] | None = None) -> list[report.Part]:

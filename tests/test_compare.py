@@ -104,6 +104,10 @@ def check_report(path, comp: Comparison, runs, client) -> None:
         assert re.search(rf"<tr><td>{row['variant']}</td><td>algorithm.name={row['variant']}</td><td>{row['seed']}</td>"
                          rf".*<a href=\"{re.escape(link)}\">", tables[1])
     assert "report.html" in {a.path for a in client.list_artifacts(comp.parent_run_id)}
+    markdown = (path.parent / "report.md").read_text()  # the same report, as a page for a documentation site
+    assert markdown.startswith("# ") and f"mooring compare: {len(comp.rows)} runs (seeds 0, 1), " in markdown
+    assert re.findall(r"^\| (\w+) \| – \| 2 \|", markdown, re.M) == ["fedprox", "local"]
+    assert "![Accuracy by round](accuracy.png)" in markdown and (path.parent / "accuracy.png").is_file()
 
 
 # ------------------------------------------------------------------------------------ bad input, signals

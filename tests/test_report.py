@@ -1,4 +1,5 @@
-"""The shareable HTML report: escaped text, the figure inside the file, links to MLflow runs."""
+"""The shareable HTML report: escaped text, the figure inside the file, links to MLflow runs; the same parts as
+Markdown."""
 from __future__ import annotations
 
 import base64
@@ -30,3 +31,13 @@ def test_run_links_open_on_the_tracking_server_or_in_mooring_ui():
     assert report.mlflow_run_url("sqlite:////tmp/m.db", "7", "r1") == "http://127.0.0.1:5000/#/experiments/7/runs/r1"
     assert report.where_links_open("sqlite:////tmp/m.db") == \
         "Run links open in `mooring ui --uri sqlite:////tmp/m.db` (it serves http://127.0.0.1:5000)."
+
+
+def test_the_markdown_report_escapes_text_links_its_figure_and_each_run(tmp_path):
+    parts = [report.Table("Runs", ["variant", "MLflow run"],
+                          [["fed|avg *x*", report.Link("abc", "http://h/#/runs/abc")], ["fedfa", None]]),
+             report.Figure("Accuracy", tmp_path / "accuracy.png"), report.Note("worst10_accuracy\nspread")]
+    page = report.write_markdown(tmp_path / "r.md", "t", "sub", parts).read_text()
+    assert page == ("# t\n\nsub\n\n## Runs\n\n| variant | MLflow run |\n|---|---|\n"
+                    "| fed\\|avg \\*x\\* | [abc](http://h/#/runs/abc) |\n| fedfa | – |\n\n"
+                    "## Accuracy\n\n![Accuracy](accuracy.png)\n\nworst10\\_accuracy spread\n")

@@ -1,5 +1,6 @@
 """A comparison or a sweep as one HTML file a researcher can share: tables, figures embedded in the page, and a
-link from each run to its MLflow run. It opens from disk in any browser: no server, no script, nothing fetched."""
+link from each run to its MLflow run. It opens from disk in any browser: no server, no script, nothing fetched.
+The same parts as Markdown (write_markdown): a page for a documentation site, its figures beside it."""
 from __future__ import annotations
 
 import base64
@@ -73,6 +74,44 @@ def render(title: str, subtitle: str, parts: list[Part]) -> str:
 def write_report(path: Path, title: str, subtitle: str, parts: list[Part]) -> Path:
     path.write_text(render(title, subtitle, parts), encoding="utf-8")
     return path
+
+
+def render_markdown(title: str, subtitle: str, parts: list[Part]) -> str:
+    """The report as GitHub-flavoured Markdown; a figure is linked by its file's name, so the page reads where
+    the PNGs lie beside it."""
+    return "\n\n".join([f"# {_md(title)}", _md(subtitle), *(_markdown_part(part) for part in parts)]) + "\n"
+
+
+def write_markdown(path: Path, title: str, subtitle: str, parts: list[Part]) -> Path:
+    path.write_text(render_markdown(title, subtitle, parts), encoding="utf-8")
+    return path
+
+
+def _markdown_part(part: Part) -> str:
+    if isinstance(part, Note):
+        return _md(part.text)
+    if isinstance(part, Figure):
+        return f"## {_md(part.title)}\n\n![{_md(part.title)}]({part.png.name})"
+    lines = [f"## {_md(part.title)}", "", "| " + " | ".join(_md(c) for c in part.columns) + " |",
+             "|" + "---|" * len(part.columns)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in part.rows]
+    return "\n".join(lines)
+
+
+def _md_cell(cell: Cell) -> str:
+    if cell is None:
+        return "–"
+    if isinstance(cell, Link):
+        return f"[{_md(cell.text)}]({cell.href})"
+    return _md(cell)
+
+
+def _md(value: str) -> str:
+    """Text as text: a table's bar and Markdown's emphasis and link characters escaped, a line break a space."""
+    text = str(value).replace("\\", "\\\\")
+    for char in "|*_[]<>`":
+        text = text.replace(char, "\\" + char)
+    return " ".join(text.splitlines())
 
 
 def _render_part(part: Part) -> str:

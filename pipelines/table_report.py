@@ -366,7 +366,7 @@ def condition(spec: TableFile, c: ColumnPlan, s: ColumnStats, col_cells: dict[st
 # ------------------------------------------------------------------------------------------------ report
 def render_report(spec: TableFile, plan: BudgetPlan, cells: dict[tuple[str, int], dict[str, Cell]],
                   built: set[str], configs: dict, command: str, config_path: str,
-                  extra_overrides: list[str]) -> str:
+                  extra_overrides: list[str], seconds: list[float | None]) -> str:
     """docs/tables/<paper>.md: the budget, each table, the rows not built, the rows' hyperparameters, how to
     reproduce."""
     lines = [f"# {spec.title}", "",
@@ -384,7 +384,8 @@ def render_report(spec: TableFile, plan: BudgetPlan, cells: dict[tuple[str, int]
                 "both" if spec.reference else "")
              + ". Every number, rank and order stated under a table is computed from these results. Measured "
              "numbers are not the paper's protocol unless the budget says so: compare orders, not values.", "",
-             "## Budget", "", *budget_lines(plan, configs, extra_overrides), *tuning_lines(spec, plan), "",
+             "## Budget", "", *budget_lines(plan, configs, extra_overrides), wall_line(seconds),
+             *tuning_lines(spec, plan), "",
              "## Reproduce", "", "```bash", command, "```", ""]
     for table in spec.tables:
         lines += render_table(spec, table.id, plan.columns, cells)
@@ -417,6 +418,18 @@ def budget_lines(plan: BudgetPlan, configs: dict, extra_overrides: list[str]) ->
     if extra_overrides:
         lines.append("- changed on the command line, for every run: " + ", ".join(f"`{o}`" for o in extra_overrides))
     return lines
+
+
+def wall_line(seconds: list[float | None]) -> str:
+    """The reported runs' wall time: their own seconds added up (start-up included), and those saved without."""
+    timed = [s for s in seconds if s is not None]
+    if not timed:
+        return f"- wall time: {len(seconds)} runs, saved without their wall time"
+    line = (f"- wall time: {len(timed)} runs took {sum(timed) / 60:.0f} minutes of runs added up, "
+            f"{sum(timed) / len(timed):.0f} s a run on average (each run's own wall time, its start-up included)")
+    untimed = len(seconds) - len(timed)
+    return line + ("" if not untimed else "; 1 run saved without its time" if untimed == 1
+                   else f"; {untimed} runs saved without theirs")
 
 
 def listed(values: dict) -> str:

@@ -172,8 +172,36 @@ def saved_runs(setting_dir: Path, prints: dict[str, str]) -> dict[str, dict[int,
             if row in prints and then.get(row) == prints[row]}
 
 
-def write_saved(setting_dir: Path, histories: dict[str, dict[int, list]], prints: dict[str, str]) -> None:
-    """The setting's histories and their rows' fingerprints, each file replaced whole."""
+SECONDS = "seconds.json"  # row → seed → the run's own wall seconds, as compare measured it
+
+
+def measured_seconds(out: Path) -> dict[str, dict[int, float]]:
+    """Each finished run's wall seconds, from the runs table a compare wrote to `out`."""
+    import pyarrow.parquet as pq
+
+    if not (out / "runs.parquet").exists():
+        return {}
+    seconds: dict[str, dict[int, float]] = {}
+    for row in pq.read_table(out / "runs.parquet").to_pylist():
+        if not row.get("failed") and row.get("wall_seconds") is not None:
+            seconds.setdefault(row["variant"], {})[int(row["seed"])] = float(row["wall_seconds"])
+    return seconds
+
+
+def saved_seconds(setting_dir: Path) -> dict[str, dict[int, float]]:
+    """The wall seconds of the runs saved in `setting_dir` (none recorded: {})."""
+    import json
+
+    try:
+        raw = json.loads((setting_dir / SECONDS).read_text())
+        return {row: {int(seed): float(s) for seed, s in by_seed.items()} for row, by_seed in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def write_saved(setting_dir: Path, histories: dict[str, dict[int, list]], prints: dict[str, str],
+                seconds: dict[str, dict[int, float]]) -> None:
+    """The setting's histories, their rows' fingerprints and their runs' wall seconds, each file replaced whole."""
     import json
 
     from orchestrator.io import storage
@@ -185,6 +213,8 @@ def write_saved(setting_dir: Path, histories: dict[str, dict[int, list]], prints
                                .encode())
     storage.write_bytes_atomic(str((setting_dir / FINGERPRINTS).absolute()),
                                json.dumps({r: prints[r] for r in kept}, indent=1).encode())
+    timed = {r: {str(s): seconds[r][s] for s in sorted(b) if s in seconds.get(r, {})} for r, b in kept.items()}
+    storage.write_bytes_atomic(str((setting_dir / SECONDS).absolute()), json.dumps(timed, indent=1).encode())
 
 
 def run_setting(run: SettingRun, seeds: list[int], setting_dir: Path, address: str | None, parallel: int | None,
@@ -198,7 +228,7 @@ def run_setting(run: SettingRun, seeds: list[int], setting_dir: Path, address: s
     from pipelines.compare import compare
 
     prints = {row: fingerprint(run.base, v) for row, v in run.variants.items()}
-    kept = saved_runs(setting_dir, prints)
+    kept, seconds = saved_runs(setting_dir, prints), saved_seconds(setting_dir)
     missing: dict[tuple[int, ...], list[str]] = {}
     for row in run.variants:
         todo = tuple(s for s in seeds if s not in kept.get(row, {}))
@@ -221,9 +251,21 @@ def run_setting(run: SettingRun, seeds: list[int], setting_dir: Path, address: s
             if done.exists():
                 for row, by_seed in json.loads(done.read_text()).items():
                     kept.setdefault(row, {}).update({int(s): h for s, h in by_seed.items()})
-            write_saved(setting_dir, kept, prints)
+            for row, by_seed in measured_seconds(out).items():
+                seconds.setdefault(row, {}).update(by_seed)
+            write_saved(setting_dir, kept, prints, seconds)
     return Comparison(histories={row: {s: kept[row][s] for s in seeds if s in kept.get(row, {})}
                                  for row in run.variants if kept.get(row)})
+
+
+def reported_seconds(runs: list[SettingRun], comps: dict[str, Comparison], results: Path) -> list[float | None]:
+    """Each reported run's wall seconds (None: saved without them), from what the settings saved."""
+    out: list[float | None] = []
+    for run in runs:
+        seconds = saved_seconds(results / run.setting)
+        out += [seconds.get(row, {}).get(seed) for row, by_seed in comps[run.setting].histories.items()
+                for seed in by_seed]
+    return out
 
 
 def saved(setting_dir: Path) -> Comparison:
@@ -430,7 +472,7 @@ def main(args) -> int:
     cells = table_cells(spec, plan, built, comps)
     report = render_report(spec, replace(plan, seeds=seeds), cells, built,
                            {r.setting: r.base for r in runs}, reproduce_command(args, default_out(spec, plan.name)),
-                           args.config, args.overrides)
+                           args.config, args.overrides, reported_seconds(runs, comps, results))
     out.write_text(report)
     print(report)
     print(f"wrote {out}")

@@ -277,7 +277,8 @@ def test_the_report_shows_trials_completed_and_pruned_whether_values_moved_and_b
     assert "moved from its own values (mu = 1, tau = 0.5)" in moved
     assert "**at a bound of its range**: mu = 2e-06 at the low end after widening" in moved
     cells = table_cells(spec, plan, built_methods(spec), {"m": Comparison()})
-    text = render_report(spec, plan, cells, built_methods(spec), {"m": run.base}, "mooring table tiny.yaml", path, [])
+    text = render_report(spec, plan, cells, built_methods(spec), {"m": run.base}, "mooring table tiny.yaml", path, [],
+                         [])
     assert "scored on the validation split of `m` (the column's own)" in text
     assert "not before 7 trials have completed, nor in a trial's first 2 rounds" in text
     assert "(at most 2 times)" in text and "no run finished" in text
@@ -326,9 +327,14 @@ def test_a_table_resumes_where_it_stopped_and_reports_what_finished(ray_session,
     both = json.loads((results / "m" / "histories.json").read_text())
     assert {r: sorted(s) for r, s in both.items()} == {"a": ["0", "1"], "b": ["0", "1"], "c": ["0", "1"]}
     assert all(both[r]["0"] == first[r]["0"] for r in first)  # kept as it was, not run again
+    seconds = json.loads((results / "m" / "seconds.json").read_text())  # each run's own wall time, kept beside
+    assert {r: sorted(s) for r, s in seconds.items()} == {"a": ["0", "1"], "b": ["0", "1"], "c": ["0", "1"]}
+    assert all(isinstance(s, float) and s > 0 for by_seed in seconds.values() for s in by_seed.values())
     resumed = json.loads((results / "m" / "resumed-0" / "histories.json").read_text())
     assert {r: sorted(s) for r, s in resumed.items()} == {"a": ["1"], "b": ["1"], "c": ["1"]}
     report = out.read_text()
+    added = sum(s for by_seed in seconds.values() for s in by_seed.values())
+    assert f"- wall time: 6 runs took {added / 60:.0f} minutes of runs added up, {added / 6:.0f} s a run" in report
     assert mooring([*args, "--seeds", "0,1"]) == 0  # nothing left to run: the same report
     assert "every run saved" in capsys.readouterr().err and out.read_text() == report
     # a row whose config changed runs again; report-only reports what has finished, the rest "no run finished"

@@ -312,7 +312,9 @@ def test_the_report_by_hand():
                "b": {0: [{"accuracy": 0.95}], 1: [{"accuracy": 0.95}]}}
     cells = table_cells(spec, plan, built, {"s": Comparison(histories=history)})
     text = render_report(spec, plan, cells, built, {r.setting: r.base for r in runs}, "mooring table tiny.yaml",
-                         "tiny.yaml", [])
+                         "tiny.yaml", [], [30.0, 90.0, 60.0, None])
+    assert ("- wall time: 3 runs took 3 minutes of runs added up, 60 s a run on average (each run's own wall time, "
+            "its start-up included); 1 run saved without its time") in text
     assert "| method | acc | cost |" in text
     half = T975[1] * math.sqrt(50.0) / math.sqrt(2)  # A: 90 (seed 0's final round) and 80, s = √50
     assert f"| A | 70.0±1.0 / **85.00** [{85 - half:.2f}, {85 + half:.2f}] `a` | 5 / – |" in text
@@ -596,7 +598,8 @@ def test_tuned_values_replace_the_rows_params_in_the_digits_budget_only(tmp_path
     [short_run] = plan_settings(spec, resolve_budget(spec, "short", path), built_methods(spec), [], path)
     assert short_run.variants["b"]["algorithm.fedprox.mu"] == 0.02  # a shorter digits budget that asks for them
     cells = table_cells(spec, digits, built_methods(spec), {"s": Comparison(histories={})})
-    text = render_report(spec, digits, cells, built_methods(spec), {"s": run.base}, "mooring table tiny.yaml", path, [])
+    text = render_report(spec, digits, cells, built_methods(spec), {"s": run.base}, "mooring table tiny.yaml", path, [],
+                         [])
     assert ("| B | `fedprox` | mu = 0.02 | `--tune`: 2 trials (completed and pruned not recorded) over mu in "
             "0.001..1 log on a validation split (study tiny-tune-b, 2026-11-26); best validation accuracy:final 0.5; "
             "**only 2 trials** (fewer than 20) |") in text

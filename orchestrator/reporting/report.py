@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,16 +95,8 @@ def _markdown_part(part: Part) -> str:
         return f"## {_md(part.title)}\n\n![{_md(part.title)}]({part.png.name})"
     lines = [f"## {_md(part.title)}", "", "| " + " | ".join(_md(c) for c in part.columns) + " |",
              "|" + "---|" * len(part.columns)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in part.rows]
+    lines += ["| " + " | ".join(_cell(c, MARKDOWN) for c in row) + " |" for row in part.rows]
     return "\n".join(lines)
-
-
-def _md_cell(cell: Cell) -> str:
-    if cell is None:
-        return "–"
-    if isinstance(cell, Link):
-        return f"[{_md(cell.text)}]({cell.href})"
-    return _md(cell)
 
 
 def _md(value: str) -> str:
@@ -121,17 +114,28 @@ def _render_part(part: Part) -> str:
         data = base64.b64encode(part.png.read_bytes()).decode("ascii")
         return f"<h2>{_text(part.title)}</h2>\n<img alt=\"{_text(part.title)}\" src=\"data:image/png;base64,{data}\">"
     head = "".join(f"<th>{_text(c)}</th>" for c in part.columns)
-    rows = "\n".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in part.rows)
+    rows = "\n".join("<tr>" + "".join(f"<td>{_cell(c, HTML)}</td>" for c in row) + "</tr>" for row in part.rows)
     return f"<h2>{_text(part.title)}</h2>\n<table>\n<tr>{head}</tr>\n{rows}\n</table>"
 
 
-def _cell(cell: Cell) -> str:
+def _cell(cell: Cell, syntax: Syntax) -> str:
     if cell is None:
         return "–"
     if isinstance(cell, Link):
-        return f"<a href=\"{_text(cell.href)}\">{_text(cell.text)}</a>"
-    return _text(cell)
+        return syntax.link(cell)
+    return syntax.text(cell)
 
 
 def _text(value: str) -> str:
     return html.escape(str(value), quote=True)
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """How a page writes a table cell's text and its links."""
+    text: Callable[[str], str]
+    link: Callable[[Link], str]
+
+
+HTML = Syntax(_text, lambda link: f"<a href=\"{_text(link.href)}\">{_text(link.text)}</a>")
+MARKDOWN = Syntax(_md, lambda link: f"[{_md(link.text)}]({link.href})")

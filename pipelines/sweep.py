@@ -81,15 +81,11 @@ def _run_sweep(sweep: Sweep, address: str | None, echo, stop: StopSignals) -> Sw
          + (f"; resuming: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed" if not created else ""))
     try:
         driver.run(stop)
+        if sweep.config.test_best:
+            measure_best_on_test(sweep, storage_obj, study, tracker)
     except BaseException as e:
         tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
         raise
-    if sweep.config.test_best:
-        try:
-            measure_best_on_test(sweep, storage_obj, study, tracker)
-        except BaseException as e:
-            tracker.end("KILLED" if isinstance(e, (KeyboardInterrupt, RunInterrupted)) else "FAILED")
-            raise
     outputs = report_study(sweep, study, tracker, local_dir(sweep.sweep_dir), echo)
     tracker.end("FINISHED")
     c = driver.counts()

@@ -149,11 +149,13 @@ FINGERPRINTS = "fingerprints.json"  # row → the fingerprint of the config its 
 
 
 def fingerprint(base, variant: dict[str, Any]) -> str:
-    """What a row's runs in a setting depend on: its whole config but for the seed (each history is kept by
-    seed), the run's name and where it logs and checkpoints."""
+    """What a row's runs in a setting depend on: every value its config sets apart from Mooring's defaults, but
+    for the seed (each history is kept by seed), the run's name and where it logs and checkpoints. Values at
+    their defaults count as code, which a fingerprint does not cover either: a new config field leaves saved
+    runs standing until a table sets it."""
     from orchestrator.experiment.config import digest, with_overrides
 
-    return digest(with_overrides(base, variant).model_dump(mode="json",
+    return digest(with_overrides(base, variant).model_dump(mode="json", exclude_defaults=True,
                                                            exclude={"seed", "name", "tracking", "checkpoint"}))
 
 

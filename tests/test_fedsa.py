@@ -227,6 +227,20 @@ def test_fedproto_logs_the_pm_metrics_fednhs_table_reads(tmp_path):
         assert 0.0 < last[key] <= 1.0, key
 
 
+def test_eval_global_test_off_skips_the_pm_metrics_and_changes_nothing_else(tmp_path):
+    """eval.global_test: false (FedSA's table, which reads no PM) evaluates no client on the global test set; the
+    own-split metrics and the training are the same."""
+    base = [f"data.partitions_dir={tmp_path}", "algorithm.name=fedproto", "train.rounds=2", "train.local_epochs=1"]
+    runs = {}
+    for flag in ("true", "false"):
+        cfg = load_config("configs/default.yaml", [*base, f"eval.global_test={flag}"])
+        runs[flag] = run_in_process(cfg, prepare_data(cfg))
+    on, off = runs["true"][-1], runs["false"][-1]
+    assert "personalized_pm_l_client_mean" in on and not any("pm_" in k for k in off)
+    shared = [k for k in off if k.startswith("personalized_") and "seconds" not in k]
+    assert shared and all(off[k] == on[k] for k in shared)
+
+
 # ---------------------------------------------------------------------------------------- federated runs
 @pytest.mark.parametrize("name", ["fedsa", "fedproto"])
 def test_learns_on_digits(tmp_path, name):

@@ -39,7 +39,7 @@ from pipelines.table_tuning import (
     sweep_file,
     tuned_row,
 )
-from pipelines.tables import built_methods, plan_settings, runs_left, table_cells, table_seconds
+from pipelines.tables import built_methods, fingerprint, plan_settings, runs_left, table_cells, table_seconds
 from tasks.data import mnist_install
 from tests.test_tables import ROOT, TABLE_FILES
 
@@ -411,6 +411,17 @@ def resumes_an_interrupted_row_elsewhere(spec, path: str, args: list[str], tmp_p
     after = yaml.safe_load(tuned.read_text())
     assert "in_progress" not in after and after["rows"]["b"]["trials"] >= 2
     assert "best_on_test" not in study.user_attrs and "best_on_test" not in first.user_attrs  # no run on the test sets
+
+
+def test_a_rows_fingerprint_counts_what_the_table_sets_not_mooring_s_defaults(tmp_path):
+    """A value at its default counts as code: saved runs stand when Mooring adds a field (or a table spells out a
+    default), and run again when a table sets a value of its own."""
+    base = build_config({"data": {"partitions_dir": str(tmp_path)}})
+    plain = fingerprint(base, {})
+    assert fingerprint(base, {"eval.global_test": True}) == plain
+    assert fingerprint(base, {"eval.global_test": False}) != plain
+    assert fingerprint(base, {"train.rounds": base.train.rounds + 1}) != plain
+    assert fingerprint(base, {"seed": 7, "name": "other"}) == plain
 
 
 def test_a_recorded_choice_is_kept_only_for_the_ranges_its_search_started_from():

@@ -28,8 +28,10 @@ class ClientCache:
     balance a round) has its data built on demand and nothing of it stays."""
 
     def __init__(self, algorithm: ClientAlgorithm, data: FederatedData, client_ids: list[int], device: torch.device,
-                 shards_kept: int | None, states: ClientStateStore, poison=None):
+                 shards_kept: int | None, states: ClientStateStore, poison=None, global_test: bool = True):
         self.algorithm, self.federated, self.device = algorithm, data, device
+        # personalized methods' clients also see the global test set (eval.global_test)
+        self.with_global_test = global_test and algorithm.capabilities().personalized
         self.poison = poison  # (shard) -> the shard as the threat leaves it (data poisoning), or None
         self.hosted = frozenset(client_ids)
         self.shards_kept = shards_kept  # None: every shard stays once built
@@ -73,13 +75,13 @@ class ClientCache:
         return self._on_device(self.federated.client_data(cid))
 
     def _on_device(self, data):
-        """A client's shard, on this host's device; personalized methods also see the global test set, one
-        copy per domain shared by every client of that domain (not one per client: 1,000 clients would hold
-        1,000 copies)."""
+        """A client's shard, on this host's device; personalized methods also see the global test set (unless
+        eval.global_test is off), one copy per domain shared by every client of that domain (not one per client:
+        1,000 clients would hold 1,000 copies)."""
         if self.poison is not None:
             data = self.poison(data)
         data = to_device(data, self.device)
-        if self.algorithm.capabilities().personalized:
+        if self.with_global_test:
             if data.domain not in self.global_tests:
                 self.global_tests[data.domain] = to_device(self.federated.global_test(data.domain), self.device)
             data.global_x_test, data.global_y_test = self.global_tests[data.domain]

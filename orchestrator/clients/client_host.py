@@ -60,7 +60,8 @@ class ClientHost:
         self.train = self.algorithm.setup.train
         self.federated = data
         self.cache = ClientCache(self.algorithm, data, client_ids, self.device, cfg.resources.resident_clients,
-                                 store if store is not None else ClientStateStore(), data_poisoning(cfg, data))
+                                 store if store is not None else ClientStateStore(), data_poisoning(cfg, data),
+                                 global_test=cfg.eval.global_test)
         for cid, state in (client_states or {}).items():
             self.cache.states.put(cid, state, 0)
         self.cache.prefetch()

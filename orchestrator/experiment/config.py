@@ -450,6 +450,10 @@ class EvalConfig(Strict):
         None, ge=1, description="personalized methods: evaluate the own models of this many clients, a sample drawn "
         "from the seed alone (the same for every method of a seed); null: every client")
     per_client: PerClientEvalConfig = Field(default_factory=PerClientEvalConfig)
+    global_test: bool = Field(
+        True, description="personalized methods: also score each evaluated client's own model on the global test set "
+        "(FedNH's PM(L) and PM(V), docs/methods/fednh.md); false skips it where nothing reads those metrics: it "
+        "costs every evaluated client a pass over the whole test set")
 
 
 class ResourcesConfig(Strict):

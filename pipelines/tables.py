@@ -1,6 +1,7 @@
 """`mooring table`: a paper's results tables, every cell run by Mooring, written beside the paper's numbers.
 
-    mooring table configs/tables/fedfm.yaml                 # the digits budget → docs/tables/fedfm.md
+    mooring table configs/tables/fedfm.yaml --budget mnist   # the paper's federation on MNIST → docs/tables/fedfm.md
+    mooring table configs/tables/fedfm.yaml                 # the digits budget → docs/tables/fedfm.digits.md
     mooring table configs/tables/fedfm.yaml --check         # validate every cell's config, run nothing
     mooring table configs/tables/fedfm.yaml --budget paper --check   # the paper's protocol: configs, data, start
 

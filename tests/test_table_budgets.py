@@ -63,6 +63,12 @@ def federation_of(paper: str, setting: str):
     return named[0] if named else table[""]
 
 
+# Tables whose `timing:` holds their own table's runs, which took longer than the hour the budget was sized for
+# (the files' comments say by how much and where): the bound records the overrun instead of hiding it in figures
+# that were not measured.
+OVERRAN_MINUTES = {"fedsa": 95, "fedfm": 110}
+
+
 @pytest.mark.parametrize("path", TABLE_FILES, ids=lambda p: p.stem)
 def test_every_table_has_an_mnist_budget_at_its_papers_federation_that_fits_an_hour(path):
     spec = load_table_file(str(path))
@@ -91,11 +97,9 @@ def test_every_table_has_an_mnist_budget_at_its_papers_federation_that_fits_an_h
         rounds = {r.setting: r.base.train.rounds for r in runs}
         e1, e5, e10 = (rounds[f"mnist_device_digits_family{s}"] for s in ("", "_e5", "_e10"))
         assert (e1 / e5, e1 / e10) == (2, 5)
-    # the whole table with five seeds: about an hour from the measured figures, and its tuning about as much.
-    # FedSA's figures are its own table's runs, which overran (its HtFE groups; fedsa.yaml's comments say how
-    # much): the bound records that overrun instead of hiding it in figures that are not measured
+    # the whole table with five seeds: about an hour from the measured figures, and its tuning about as much
     seconds = table_seconds(plan, runs_left(runs, plan.seeds, {}), None)
-    assert 30 * 60 <= seconds <= (95 if spec.paper == "fedsa" else 75) * 60, f"{seconds / 60:.0f} min"
+    assert 30 * 60 <= seconds <= OVERRAN_MINUTES.get(spec.paper, 75) * 60, f"{seconds / 60:.0f} min"
     smoke = resolve_budget(spec, "smoke", str(path))
     smoke_runs = plan_settings(spec, smoke, built, [], str(path))
     assert len(smoke.seeds) == 1 and set(smoke.settings) == set(mnist.settings)

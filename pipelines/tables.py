@@ -455,14 +455,14 @@ def main(args) -> int:
     runs = plan_settings(spec, plan, built, args.overrides, args.config)
     not_built = sorted({row.label for row in spec.rows.values() if row.method not in built})
     if args.check:
-        return report_check(args, plan, runs, seeds, not_built)
+        return report_check(args, plan, runs, seeds, not_built, results_dir(args, spec, plan))
     if args.tune:
         return tune_rows(args, spec, plan, built)
     out = Path(args.out or default_out(spec, plan.name))
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)  # docs/tables/ in a fresh clone
     check_output_file(str(out), "--out")
-    results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
+    results = results_dir(args, spec, plan)
     # --report-only reads the results, writing only the report: it needs neither the lock nor a writable --results
     with nullcontext() if args.report_only else holding_results(results, [r.setting for r in runs if r.variants]):
         if not args.report_only and (problems := preflight(runs, seeds)):
@@ -628,9 +628,16 @@ def tuning_estimate(spec: TableFile, plan: BudgetPlan, run: SettingRun, tuning, 
             f"{plan.timing.measured})")
 
 
-def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str]) -> int:
+def results_dir(args, spec: TableFile, plan: BudgetPlan) -> Path:
+    """Where each setting's comparison is saved: --results, else results/tables/<paper>/<budget>."""
+    return Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
+
+
+def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], not_built: list[str],
+                 results: Path) -> int:
     """--check: every cell's config is valid (plan_settings raised otherwise), and every run starts: its data,
-    partitions and method (preflight); the rows not built and the columns not expressible are listed."""
+    partitions and method (preflight); the rows not built and the columns not expressible are listed, and the
+    estimate counts only the runs not saved under `results`."""
     from orchestrator.experiment.config import ConfigError
 
     cells = sum(len(r.variants) for r in runs)
@@ -643,5 +650,5 @@ def report_check(args, plan: BudgetPlan, runs: list[SettingRun], seeds: list[int
         raise ConfigError("; ".join(problems))
     print(f"budget {plan.name}: the data are on disk, every seed's partition can be drawn and every built "
           "method starts on them")
-    print(table_estimate(plan, runs, seeds, args.parallel))
+    print(table_estimate(plan, runs, seeds, args.parallel, saved_seeds(runs, results)))
     return 0

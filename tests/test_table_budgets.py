@@ -327,6 +327,10 @@ def test_a_table_resumes_where_it_stopped_and_reports_what_finished(ray_session,
     assert "estimate: 3 runs to go, about" in err  # from the budget's measured figures, before the first run
     first = json.loads((results / "m" / "histories.json").read_text())
     assert {r: sorted(s) for r, s in first.items()} == {"a": ["0"], "b": ["0"], "c": ["0"]}
+    check = ["table", path, "--budget", "mnist", "--results", str(results), "--seeds", "0,1", "--check",
+             *(a for o in workdir for a in ("--set", o))]
+    assert mooring(check) == 0  # --check's estimate reads the same saved runs
+    assert "estimate: 3 runs to go (3 saved, not run again)" in capsys.readouterr().out
     assert mooring([*args, "--seeds", "0,1"]) == 0  # seed 0 is saved: only seed 1 runs
     err = capsys.readouterr().err
     assert "estimate: 3 runs to go (3 saved, not run again)" in err and "(3 runs saved before, kept)" in err

@@ -454,15 +454,15 @@ def main(args) -> int:
     built = built_methods(spec)
     runs = plan_settings(spec, plan, built, args.overrides, args.config)
     not_built = sorted({row.label for row in spec.rows.values() if row.method not in built})
+    results = results_dir(args, spec, plan)
     if args.check:
-        return report_check(args, plan, runs, seeds, not_built, results_dir(args, spec, plan))
+        return report_check(args, plan, runs, seeds, not_built, results)
     if args.tune:
-        return tune_rows(args, spec, plan, built)
+        return tune_rows(args, spec, plan, built, results)
     out = Path(args.out or default_out(spec, plan.name))
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)  # docs/tables/ in a fresh clone
     check_output_file(str(out), "--out")
-    results = results_dir(args, spec, plan)
     # --report-only reads the results, writing only the report: it needs neither the lock nor a writable --results
     with nullcontext() if args.report_only else holding_results(results, [r.setting for r in runs if r.variants]):
         if not args.report_only and (problems := preflight(runs, seeds)):
@@ -496,9 +496,9 @@ def holding_results(results: Path, subdirs: list[str]) -> Iterator[None]:
         yield
 
 
-def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
+def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str], results: Path) -> int:
     """--tune: one sweep per row that tunes, in the tuning setting of the budget (the digits budget's `tuning:`, or
-    the budget's own); the choices written as each sweep ends."""
+    the budget's own), its studies under `results`; the choices written as each sweep ends."""
     from orchestrator.experiment.config import ConfigError
     from pipelines.table_tuning import kept_rows, rows_to_tune, tune
 
@@ -513,7 +513,6 @@ def tune_rows(args, spec: TableFile, plan: BudgetPlan, built: set[str]) -> int:
     if tuning is None:
         raise ConfigError(f"{args.config}: --tune needs a `tuning:` block (setting, trials, validation_fraction, "
                           "overrides): see docs/tables/README.md")
-    results = Path(args.results or f"results/tables/{spec.paper}/{plan.name}")
     check_studies_current(spec, args.overrides, results, plan.name)
     # tuned from the file's own values: the earlier choices are not the starting point of the new search
     untuned = replace(plan, tuned={})

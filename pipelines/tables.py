@@ -568,9 +568,9 @@ def run_seconds(plan: BudgetPlan, row_id: str, rounds: int, setting: str = "") -
 
 
 def table_estimate(plan: BudgetPlan, runs: list[SettingRun], seeds: list[int], parallel: int | None,
-                   saved: dict[str, dict[str, list[int]]] | None = None) -> str:
+                   saved: dict[str, dict[str, list[int]]]) -> str:
     """One line: the runs left and, from the budget's measured seconds a round, about how long they take."""
-    left = runs_left(runs, seeds, saved or {})
+    left = runs_left(runs, seeds, saved)
     done = sum(len(r.variants) for r in runs) * len(seeds) - len(left)
     head = f"{len(left)} runs to go" + (f" ({done} saved, not run again)" if done else "")
     total = table_seconds(plan, left, parallel)
